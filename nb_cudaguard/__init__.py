@@ -1,0 +1,47 @@
+"""nb_cudaguard: explain and recover from CUDA device-side asserts in Jupyter and IPython.
+
+Load it with ``%load_ext nb_cudaguard`` (or ``c.InteractiveShellApp.extensions = ["nb_cudaguard"]``).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_ATTRIBUTE = "_nb_cudaguard"
+
+
+def load_ipython_extension(shell) -> None:
+    """Register the hooks, the capture and the magics, once per shell however often it is called."""
+    if getattr(shell, _ATTRIBUTE, None) is not None:
+        return
+    from .extension import CudaGuard
+    from .magics import CudaGuardMagics
+
+    guard = CudaGuard(shell)
+    guard.register()
+    guard.magics = CudaGuardMagics(shell, guard)
+    shell.register_magics(guard.magics)
+    setattr(shell, _ATTRIBUTE, guard)
+
+
+def unload_ipython_extension(shell) -> None:
+    guard = getattr(shell, _ATTRIBUTE, None)
+    if guard is None:
+        return
+    guard.unregister()
+    magics = shell.magics_manager.magics
+    for kind in ("line", "cell"):
+        for name, func in list(magics[kind].items()):
+            if getattr(func, "__self__", None) is guard.magics:
+                del magics[kind][name]
+    shell.magics_manager.registry.pop("CudaGuardMagics", None)
+    setattr(shell, _ATTRIBUTE, None)
+
+
+def get_guard(shell=None):
+    """The loaded extension's state (journal, last report), or None if it is not loaded."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    return getattr(shell, _ATTRIBUTE, None) if shell is not None else None

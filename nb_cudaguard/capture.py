@@ -1,0 +1,287 @@
+"""Tee what a cell writes to the process's stdout and stderr into a small buffer, without taking it from the user.
+
+CUDA prints ``... Assertion `t >= 0 && t < n_classes` failed.`` from C, at the next synchronisation, to the
+process's file descriptors: in a notebook that text often lands in the server log where nobody looks. We keep a
+bounded tail of each cell's output and the assertion lines in it, so that the report can show them.
+
+Two ways in, chosen per stream when the extension loads:
+
+* ``stream``: ipykernel (>= 6, ``capture_fd_output`` on) already points fds 1 and 2 at pipes and forwards them to
+  the frontend from a thread that calls ``OutStream.write``. We wrap that one method on the instance: every byte
+  the user sees passes through it exactly once, in order, so nothing can be stolen or reordered.
+* ``fd``: everywhere else (terminal IPython, ``capture_fd_output`` off) we do what ipykernel does, for the length
+  of a cell only: point the fd at a pipe and let a thread copy each chunk to the original fd and to the buffer.
+  Outside cells the fds are the user's own, so a terminal's prompt keeps its tty.
+
+A cell that closes or re-points fd 1 or 2 wins: we notice, stop tapping that fd, and say so in ``status``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import fcntl
+import os
+import sys
+import termios
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .catalog import AssertionCollector, AssertionRecord
+
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20
+_DRAIN_SECONDS = 0.5
+
+
+def _fflush_c() -> None:
+    """Push C stdio buffers (CUDA prints through printf) into the fds before we read or restore them."""
+    try:
+        _libc.fflush(None)
+    except (AttributeError, OSError):
+        pass
+
+
+try:
+    _libc = ctypes.CDLL(None)
+except OSError:  # pragma: no cover - every Linux and macOS libc loads
+    _libc = None
+
+
+def _pending_bytes(fd: int) -> int:
+    buf = ctypes.c_int(0)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+    except OSError:
+        return 0
+    return buf.value
+
+
+@dataclass
+class CellOutput:
+    """What one cell wrote, kept small: the last ``limit`` characters and every distinct assertion."""
+
+    limit: int = 64 * 1024
+    chunks: deque = field(default_factory=deque)
+    size: int = 0
+    total: int = 0
+    collector: AssertionCollector = field(default_factory=AssertionCollector)
+    _partial: str = ""
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self.total += len(text)
+        self.chunks.append(text)
+        self.size += len(text)
+        while self.size - len(self.chunks[0]) >= self.limit:
+            self.size -= len(self.chunks.popleft())
+        # Assertion lines can be split across chunks; keep the unfinished last line for the next one.
+        if "ssert" in text or self._partial:
+            joined = self._partial + text
+            complete, _, rest = joined.rpartition("\n")
+            self._partial = rest[-4096:]
+            if complete:
+                self.collector.feed_text(complete)
+
+    def finish(self) -> None:
+        if self._partial:
+            self.collector.feed_text(self._partial)
+            self._partial = ""
+
+    @property
+    def text(self) -> str:
+        joined = "".join(self.chunks)
+        return joined[-self.limit :]
+
+    @property
+    def assertions(self) -> list[AssertionRecord]:
+        return self.collector.records
+
+
+class _StreamTap:
+    """Wraps ``write`` on one ipykernel OutStream instance (which its fd-watch thread also calls)."""
+
+    mode = "stream"
+
+    def __init__(self, stream, fd: int, sink) -> None:
+        self.stream = stream
+        self.fd = fd
+        self.sink = sink
+        self.disabled_reason: str | None = None
+        self.begin()
+
+    def begin(self) -> None:
+        # IPython 9 swaps ``write`` for its own history tee around every cell and puts back what it found, so
+        # we check at each cell that ours is the outermost one, rather than installing it once.
+        current = self.stream.write
+        if getattr(current, "__nb_cudaguard__", False):
+            return
+        sink = self.sink
+
+        def write(text, *args, _inner=current, **kwargs):
+            result = _inner(text, *args, **kwargs)
+            if isinstance(text, str):
+                sink(text)
+            return result
+
+        write.__nb_cudaguard__ = True
+        self.stream.write = write
+
+    def end(self, failed: bool) -> None:
+        if not failed:
+            return
+        _fflush_c()
+        fid = getattr(self.stream, "_fid", None)
+        if fid is None:
+            return
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        while _pending_bytes(fid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.01)  # let the watcher finish the chunk it already read
+
+    def close(self) -> None:
+        current = self.stream.__dict__.get("write")
+        if current is not None and getattr(current, "__nb_cudaguard__", False):
+            del self.stream.write
+
+
+class _FdTap:
+    """Points one fd at a pipe during a cell; a thread copies each chunk to the original and to the sink."""
+
+    mode = "fd"
+
+    def __init__(self, fd: int, pystream_name: str, sink) -> None:
+        self.fd = fd
+        self.pystream_name = pystream_name
+        self.sink = sink
+        self.disabled_reason: str | None = None
+        self.saved = os.dup(fd)
+        os.set_inheritable(self.saved, False)
+        self.read_end, self.write_end = os.pipe()
+        try:
+            fcntl.fcntl(self.write_end, _F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass
+        self._pipe_ino = os.fstat(self.write_end).st_ino
+        self._lock = threading.Lock()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._active = False
+        self._thread = threading.Thread(target=self._pump, name=f"nb_cudaguard-fd{fd}", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_end, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self._lock:
+                view = memoryview(data)
+                while view:
+                    try:
+                        written = os.write(self.saved, view)
+                    except OSError:
+                        break
+                    view = view[written:]
+                self.sink(self._decoder.decode(data))
+
+    def _flush_python(self) -> None:
+        stream = getattr(sys, self.pystream_name, None)
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+    def begin(self) -> None:
+        if self.disabled_reason:
+            return
+        self._flush_python()
+        _fflush_c()
+        os.dup2(self.write_end, self.fd)
+        self._active = True
+
+    def _still_ours(self) -> bool:
+        try:
+            return os.fstat(self.fd).st_ino == self._pipe_ino
+        except OSError:
+            return False
+
+    def end(self, failed: bool) -> None:
+        if not self._active:
+            return
+        self._active = False
+        self._flush_python()
+        _fflush_c()
+        if self._still_ours():
+            os.dup2(self.saved, self.fd)
+        else:
+            self.disabled_reason = f"the cell closed or redirected fd {self.fd}; its output is no longer captured"
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        while _pending_bytes(self.read_end) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with self._lock:
+            pass
+
+    def close(self) -> None:
+        if self._active:
+            self.end(failed=False)
+        os.close(self.write_end)  # the pump sees EOF once the pipe is drained
+        self._thread.join(timeout=2)
+        os.close(self.read_end)
+        os.close(self.saved)
+
+
+def _is_watching_outstream(stream) -> bool:
+    return getattr(stream, "_fid", None) is not None and hasattr(stream, "_original_stdstream_copy")
+
+
+class OutputCapture:
+    """One per shell: the taps on fds 1 and 2 and the current cell's output."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        self.limit = limit
+        self.current = CellOutput(limit=limit)
+        self._taps: list = []
+
+    def attach(self) -> None:
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            stream = getattr(sys, name, None)
+            if _is_watching_outstream(stream):
+                self._taps.append(_StreamTap(stream, fd, self._sink))
+            else:
+                try:
+                    self._taps.append(_FdTap(fd, name, self._sink))
+                except OSError as exc:  # fd closed before we loaded: nothing to tap
+                    sys.__stderr__.write(f"nb_cudaguard: not capturing fd {fd}: {exc}\n")
+
+    def _sink(self, text: str) -> None:
+        self.current.add(text)
+
+    @property
+    def modes(self) -> dict[int, str]:
+        return {tap.fd: tap.mode for tap in self._taps}
+
+    @property
+    def problems(self) -> list[str]:
+        return [tap.disabled_reason for tap in self._taps if tap.disabled_reason]
+
+    def begin_cell(self) -> None:
+        self.current = CellOutput(limit=self.limit)
+        for tap in self._taps:
+            tap.begin()
+
+    def end_cell(self, failed: bool) -> CellOutput:
+        for tap in self._taps:
+            tap.end(failed)
+        self.current.finish()
+        return self.current
+
+    def detach(self) -> None:
+        for tap in self._taps:
+            tap.close()
+        self._taps.clear()

@@ -1,0 +1,61 @@
+"""The diagnosis's vocabulary: a Cause with its Evidence, ranked in a Diagnosis. Plain data that renders itself."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Evidence:
+    """One fact behind a cause. ``direct``: read from a value or the printed assertion; otherwise inferred."""
+
+    kind: str  # assertion | error_text | tensor | module | config | tokenizer | source | journal | guard
+    text: str
+    direct: bool = True
+    variable: str | None = None
+    values: list | None = None
+    positions: list | None = None
+    count: int | None = None
+    valid_range: str | None = None
+    range_source: str | None = None
+    source_line: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def to_text(self) -> str:
+        how = "" if self.direct else " (inferred)"
+        return f"{self.text}{how}"
+
+
+@dataclass
+class Cause:
+    family: str
+    confidence: float
+    summary: str
+    fix: str
+    evidence: list[Evidence] = field(default_factory=list)
+    variable: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "family": self.family,
+            "confidence": round(self.confidence, 3),
+            "summary": self.summary,
+            "variable": self.variable,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class Diagnosis:
+    causes: list[Cause] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def top(self) -> Cause | None:
+        return self.causes[0] if self.causes else None
+
+    def to_dict(self) -> dict:
+        return {"causes": [c.to_dict() for c in self.causes], "notes": list(self.notes)}

@@ -1,0 +1,66 @@
+"""``nb-cudaguard``: explain a log you already have, or watch the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    return Path(path).read_bytes().decode("utf-8", errors="replace")
+
+
+def cmd_explain(args) -> int:
+    from .diagnose import diagnose
+    from .logparse import incident_from_log
+    from .report import Report
+
+    try:
+        text = _read(args.file)
+    except OSError as exc:
+        print(f"nb-cudaguard: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    incident = incident_from_log(text)
+    report = Report(incident, diagnose(incident))
+    if args.json:
+        print(report.to_json())
+    elif args.markdown:
+        print(report.to_markdown())
+    else:
+        if incident.exc_type == "(no exception found)" and not incident.assertions:
+            print("nb-cudaguard: no CUDA error, Python exception or device assertion was found in this log.")
+            return 1
+        print(report.to_text())
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import main
+
+    return main()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nb-cudaguard", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    explain = sub.add_parser("explain", help="explain an error log (a traceback, with or without assertion lines)")
+    explain.add_argument("file", help="the log file, or - for standard input")
+    fmt = explain.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown, for an issue")
+    explain.set_defaults(func=cmd_explain)
+    demo = sub.add_parser("demo", help="run a simulated device-side assert in a real kernel and show the report")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The object that lives in the shell while the extension is loaded: hooks, journal, capture, last report.
+
+On the success path a cell costs one journal append and, where the fd route is used, two ``dup2`` calls. The
+probe, the parsing and the diagnosis run only after a cell failed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from traitlets import Bool, Enum, Int, observe
+from traitlets.config import Configurable
+
+from .capture import OutputCapture
+from .diagnose import diagnose
+from .incident import Incident, build_incident
+from .recorder import CellRecord, Journal
+from .report import Report
+
+
+class CudaGuard(Configurable):
+    """nb_cudaguard's options: ``%config CudaGuard.<option> = value`` or ``c.CudaGuard.<option>`` in a config."""
+
+    capture_output = Bool(
+        True, help="Tee each cell's fd-level stdout/stderr into a bounded buffer to catch device assertions."
+    ).tag(config=True)
+    capture_limit = Int(64 * 1024, help="Characters of each cell's output kept for the report.").tag(config=True)
+    journal_max_cells = Int(5000, help="Cells kept in the journal; the oldest are dropped first.").tag(config=True)
+    journal_max_bytes = Int(32 * 1024 * 1024, help="Bytes of cell source kept in the journal.").tag(config=True)
+    show_report = Enum(
+        ["auto", "always", "never"],
+        "auto",
+        help="After a failing cell: 'auto' shows the report for CUDA and tensor-index errors only.",
+    ).tag(config=True)
+
+    def __init__(self, shell, **kwargs) -> None:
+        super().__init__(parent=shell, **kwargs)
+        self.shell = shell
+        self.journal = Journal(self.journal_max_cells, self.journal_max_bytes)
+        self.capture = OutputCapture(self.capture_limit) if self.capture_output else None
+        self.incidents: list[Incident] = []
+        self.last_report: Report | None = None
+        self._current: CellRecord | None = None
+        self._started = 0.0
+
+    @observe("capture_limit")
+    def _capture_limit_changed(self, change) -> None:
+        if self.capture is not None:
+            self.capture.limit = change["new"]
+
+    # --- lifecycle
+    def register(self) -> None:
+        if self.capture is not None:
+            self.capture.attach()
+        self.shell.events.register("pre_run_cell", self.pre_run_cell)
+        self.shell.events.register("post_run_cell", self.post_run_cell)
+        if self not in self.shell.configurables:
+            self.shell.configurables.append(self)
+
+    def unregister(self) -> None:
+        for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
+            try:
+                self.shell.events.unregister(name, hook)
+            except ValueError:
+                pass
+        if self.capture is not None:
+            self.capture.detach()
+        if self in self.shell.configurables:
+            self.shell.configurables.remove(self)
+
+    # --- hooks
+    def pre_run_cell(self, info=None) -> None:
+        source = getattr(info, "raw_cell", "") or ""
+        self._current = self.journal.start(source, self.shell.execution_count, getattr(info, "cell_id", None))
+        if self.capture is not None:
+            self.capture.begin_cell()
+        self._started = time.perf_counter()
+
+    def post_run_cell(self, result) -> None:
+        record = self._current
+        if record is None:  # loaded from inside a cell: that cell started before our hooks existed
+            return
+        self._current = None
+        record.duration = time.perf_counter() - self._started
+        error = result.error_in_exec or result.error_before_exec
+        if error is None:
+            record.status = "ok"
+        elif isinstance(error, KeyboardInterrupt):
+            record.status = "interrupted"
+        else:
+            record.status = "error"
+            record.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        output = self.capture.end_cell(failed=error is not None) if self.capture is not None else None
+        if result.error_in_exec is None or record.status != "error":
+            return
+        try:
+            self._explain(result.error_in_exec, record, output)
+        except Exception as exc:  # the report must never be what breaks the user's session
+            print(f"nb_cudaguard: could not build the report ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def _explain(self, error: BaseException, record: CellRecord, output) -> None:
+        record.transformed = self.shell.transform_cell(record.source) if record.source else record.source
+        incident = build_incident(
+            error,
+            output_tail=output.text if output else "",
+            assertions=output.assertions if output else [],
+            cell=record,
+            cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
+            namespace=self.shell.user_ns,
+        )
+        report = Report(incident, diagnose(incident))
+        self.incidents = [*self.incidents[-9:], incident]
+        self.last_report = report
+        if self._should_show(report):
+            self.show(report)
+
+    def _should_show(self, report: Report) -> bool:
+        if self.show_report != "auto":
+            return self.show_report == "always"
+        top = report.diagnosis.top
+        return report.incident.is_cuda or (top is not None and top.family != "other")
+
+    def show(self, report: Report) -> None:
+        from IPython.display import display
+
+        display(report)
+
+    def status(self) -> str:
+        lines = [
+            f"nb_cudaguard: {len(self.journal)} cells recorded ({self.journal.dropped} dropped by the cap)",
+            f"  capture: {self._capture_status()}",
+            f"  incidents: {len(self.incidents)}",
+        ]
+        if self.last_report is not None:
+            inc = self.last_report.incident
+            lines.append(f"  last: {inc.classification} - {inc.exc_type}: {inc.message.splitlines()[0][:100]}")
+        return "\n".join(lines)
+
+    def _capture_status(self) -> str:
+        if self.capture is None:
+            return "off (CudaGuard.capture_output = False)"
+        modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
+        problems = "; ".join(self.capture.problems)
+        return modes + (f" ({problems})" if problems else "")

@@ -1,0 +1,97 @@
+"""A real ipykernel kernel driven through jupyter_client, for the demo, the CLI and the tests.
+
+Kept small: start a kernel, run code, collect what a frontend would show, shut down.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CellResult:
+    code: str
+    status: str = "ok"
+    outputs: list[dict] = field(default_factory=list)  # nbformat-style output dicts
+    error: dict | None = None
+    execution_count: int | None = None
+
+    @property
+    def stdout(self) -> str:
+        return "".join(o["text"] for o in self.outputs if o.get("name") == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(o["text"] for o in self.outputs if o.get("name") == "stderr")
+
+    def texts(self, mime: str = "text/plain") -> list[str]:
+        return [o["data"][mime] for o in self.outputs if mime in o.get("data", {})]
+
+
+class KernelSession:
+    """``with KernelSession() as k: k.run("1 + 1")``. The kernel gets a clean environment for fd capture."""
+
+    def __init__(self, kernel_name: str = "python3", extra_env: dict | None = None, cwd: str | None = None) -> None:
+        self.kernel_name = kernel_name
+        self.extra_env = extra_env or {}
+        self.cwd = cwd
+        self.km = None
+        self.kc = None
+
+    def __enter__(self) -> KernelSession:
+        from jupyter_client.manager import KernelManager
+
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # ipykernel skips fd capture
+        env.update(self.extra_env)
+        self.km = KernelManager(kernel_name=self.kernel_name)
+        self.km.start_kernel(env=env, cwd=self.cwd)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.kc is not None:
+            self.kc.stop_channels()
+            self.kc = None
+        if self.km is not None:
+            self.km.shutdown_kernel(now=True)
+            self.km = None
+
+    @property
+    def pid(self) -> int | None:
+        provisioner = getattr(self.km, "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        return getattr(process, "pid", None)
+
+    def run(self, code: str, timeout: float = 120) -> CellResult:
+        result = CellResult(code)
+
+        def on_output(msg) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                outputs = result.outputs
+                if outputs and outputs[-1].get("name") == content["name"]:
+                    outputs[-1]["text"] += content["text"]
+                else:
+                    outputs.append({"output_type": "stream", "name": content["name"], "text": content["text"]})
+            elif kind in ("display_data", "execute_result"):
+                outputs_entry = {"output_type": kind, "data": content["data"]}
+                result.outputs.append(outputs_entry)
+            elif kind == "error":
+                result.error = {"ename": content["ename"], "evalue": content["evalue"]}
+                result.outputs.append({"output_type": "error", **result.error, "traceback": content["traceback"]})
+
+        try:
+            reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=on_output)
+        except (TimeoutError, queue.Empty):
+            result.status = "timeout"
+            return result
+        result.status = reply["content"]["status"]
+        result.execution_count = reply["content"].get("execution_count")
+        return result

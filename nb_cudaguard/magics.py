@@ -1,0 +1,77 @@
+"""``%cudaguard``: the extension's line magic. Each subcommand is a thin call into the guard object."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit the kernel
+        raise UsageError(f"%cudaguard: {message}\n{self.format_usage()}")
+
+    def exit(self, status=0, message=None):
+        if message:
+            raise UsageError(message)
+        raise UsageError(self.format_help())
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="%cudaguard", description="nb_cudaguard: explain and recover from CUDA failures.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("status", help="what is recorded and captured, and the last incident")
+    report = sub.add_parser("report", help="show the last failure's report again")
+    fmt = report.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="Markdown, for pasting into an issue")
+    fmt.add_argument("--json", action="store_true", help="JSON, for tools")
+    sub.add_parser("demo", help="watch a simulated device-side assert in a separate, throw-away kernel")
+    simulate = sub.add_parser("simulate", help="fault injection: simulate a GPU on this CPU-only kernel")
+    simulate.add_argument("state", choices=["on", "off"])
+    return parser
+
+
+@magics_class
+class CudaGuardMagics(Magics):
+    def __init__(self, shell, guard) -> None:
+        super().__init__(shell)
+        self.guard = guard
+        self.parser = _build_parser()
+
+    @line_magic
+    def cudaguard(self, line: str = ""):
+        """Explain and recover from CUDA failures. ``%cudaguard --help`` lists the subcommands."""
+        args = self.parser.parse_args(shlex.split(line) or ["status"])
+        return getattr(self, f"_cmd_{args.command}")(args)
+
+    def _cmd_status(self, args) -> None:
+        print(self.guard.status())
+
+    def _cmd_report(self, args):
+        report = self.guard.last_report
+        if report is None:
+            print("nb_cudaguard: no failing cell recorded yet.")
+            return None
+        if args.markdown:
+            print(report.to_markdown())
+        elif args.json:
+            print(report.to_json())
+        else:
+            self.guard.show(report)
+
+    def _cmd_demo(self, args) -> None:
+        from .demo import run_demo
+
+        run_demo(write=print)
+
+    def _cmd_simulate(self, args) -> None:
+        from . import testing
+
+        if args.state == "on":
+            testing.enable()
+            print("nb_cudaguard: simulated GPU on. Bad inputs to assert-prone ops now poison it, as on a real GPU.")
+        else:
+            testing.disable()
+            print("nb_cudaguard: simulated GPU off.")
