@@ -201,7 +201,6 @@ class _FdTap:
         if self.disabled_reason:
             return
         self._flush_python()
-        _fflush_c()
         os.dup2(self.write_end, self.fd)
         self._active = True
 
@@ -216,7 +215,8 @@ class _FdTap:
             return
         self._active = False
         self._flush_python()
-        _fflush_c()
+        if failed:  # only then do we need what C still buffers; on success it reaches the user later anyway
+            _fflush_c()
         if self._still_ours():
             os.dup2(self.saved, self.fd)
         else:

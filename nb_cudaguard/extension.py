@@ -46,8 +46,9 @@ class CudaGuard(Configurable):
 
     @observe("capture_limit")
     def _capture_limit_changed(self, change) -> None:
-        if self.capture is not None:
-            self.capture.limit = change["new"]
+        capture = getattr(self, "capture", None)  # config given at construction arrives before capture exists
+        if capture is not None:
+            capture.limit = change["new"]
 
     # --- lifecycle
     def register(self) -> None:

@@ -33,9 +33,16 @@ class CellResult:
 class KernelSession:
     """``with KernelSession() as k: k.run("1 + 1")``. The kernel gets a clean environment for fd capture."""
 
-    def __init__(self, kernel_name: str = "python3", extra_env: dict | None = None, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        kernel_name: str = "python3",
+        extra_env: dict | None = None,
+        cwd: str | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.kernel_name = kernel_name
         self.extra_env = extra_env or {}
+        self.extra_args = extra_args or []
         self.cwd = cwd
         self.km = None
         self.kc = None
@@ -46,7 +53,7 @@ class KernelSession:
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # ipykernel skips fd capture
         env.update(self.extra_env)
         self.km = KernelManager(kernel_name=self.kernel_name)
-        self.km.start_kernel(env=env, cwd=self.cwd)
+        self.km.start_kernel(env=env, cwd=self.cwd, extra_arguments=self.extra_args)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

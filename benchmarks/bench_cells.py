@@ -1,0 +1,74 @@
+"""Overhead of the extension on the round trip of trivial cells, through real kernels, in one run.
+
+Two kernels, one with nb_cudaguard and one without, run the same trivial cells in interleaved blocks (so that
+machine noise hits both alike). Reports the per-cell round-trip medians and means and their ratio, and checks that
+the success path touched neither torch's CUDA state nor the probe.
+
+    python benchmarks/bench_cells.py [--cells 2000] [--block 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from nb_cudaguard.kernelsession import KernelSession
+
+COUNT_PROBES = (
+    "import nb_cudaguard.probe as _p\n"
+    "_calls = []\n"
+    "_orig = _p.active_probe\n"
+    "def _counted():\n"
+    "    _calls.append(1)\n"
+    "    return _orig()\n"
+    "_p.active_probe = _counted\n"
+    "import nb_cudaguard.incident as _i\n"
+    "_i.active_probe = _counted\n"
+)
+
+
+def round_trip(session: KernelSession, code: str) -> float:
+    start = time.perf_counter()
+    reply = session.kc.execute_interactive(code, timeout=60, output_hook=lambda msg: None)
+    elapsed = time.perf_counter() - start
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cells", type=int, default=2000)
+    parser.add_argument("--block", type=int, default=100)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {"plain": [], "nb_cudaguard": []}
+    with KernelSession() as plain, KernelSession() as guarded:
+        for session in (plain, guarded):
+            session.run("import torch")
+        guarded.run("%load_ext nb_cudaguard")
+        guarded.run(COUNT_PROBES)
+        for warm in range(50):
+            round_trip(plain, f"w = {warm}")
+            round_trip(guarded, f"w = {warm}")
+        done = 0
+        while done < args.cells:
+            for name, session in (("plain", plain), ("nb_cudaguard", guarded)):
+                for n in range(done, done + args.block):
+                    times[name].append(round_trip(session, f"x = {n} + 1"))
+            done += args.block
+        checks = guarded.run(
+            "print(len(_calls), torch.cuda.is_initialized(), len(get_ipython()._nb_cudaguard.journal))"
+        )
+    probe_calls, cuda_initialised, journal = checks.stdout.split()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
+    print(f"cells per kernel: {args.cells} (blocks of {args.block}, interleaved)")
+    for name in times:
+        print(f"{name:>13}: median {med[name] * 1e3:.3f} ms, mean {mean[name] * 1e3:.3f} ms")
+    print(f"ratio (median): {med['nb_cudaguard'] / med['plain']:.3f}")
+    print(f"ratio (mean):   {mean['nb_cudaguard'] / mean['plain']:.3f}")
+    print(f"success path: probe calls {probe_calls}, torch.cuda.is_initialized() {cuda_initialised}, journal {journal}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The test command (README, .ci/run): `python3 -m pip install nox && nox`.
+
+Sessions: lint (ruff), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab).
+torch is installed first from a CPU build and never upgraded by our own install (it is not a dependency).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests", "tests_oldest"]
+nox.options.reuse_existing_virtualenvs = True
+
+TORCH = "torch==2.13.0"  # served from the machine's local wheel store; any torch >= 1.13 works
+OLDEST = ["ipython==7.34.0", "ipykernel==6.17.1", "jupyter_client==7.4.9", "ipywidgets==7.7.1", "traitlets==5.3.0"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install(TORCH)
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def tests_oldest(session: nox.Session) -> None:
+    session.install(TORCH)
+    session.install("-e", ".[test]", *OLDEST)
+    session.run("pytest", "-m", "not browser", *session.posargs)

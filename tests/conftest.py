@@ -1,0 +1,59 @@
+"""Shared fixtures: a real IPython shell with the extension, and real ipykernel kernels through jupyter_client."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from nb_cudaguard.kernelsession import KernelSession
+
+
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def shell():
+    """The process's real InteractiveShell, with nb_cudaguard loaded for one test and unloaded after it."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nb_cudaguard import testing
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "nb_cudaguard")
+    yield ip
+    ip.run_line_magic("unload_ext", "nb_cudaguard")
+    ip.config.pop("CudaGuard", None)
+    testing.reset()
+
+
+@pytest.fixture
+def kernel():
+    """A real kernel with the extension loaded (ipykernel's fd capture on, as in JupyterLab)."""
+    with KernelSession() as session:
+        result = session.run("%load_ext nb_cudaguard")
+        assert result.status == "ok", result.outputs
+        yield session
+
+
+@pytest.fixture
+def kernel_fd_capture_off():
+    """A kernel started with capture_fd_output off (Spyder-style), where nb_cudaguard taps the fds itself."""
+    with KernelSession(extra_args=["--IPKernelApp.capture_fd_output=False"]) as session:
+        result = session.run("%load_ext nb_cudaguard")
+        assert result.status == "ok", result.outputs
+        yield session

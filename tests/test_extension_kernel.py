@@ -1,0 +1,121 @@
+"""The extension in real ipykernel kernels driven through jupyter_client, as JupyterLab, VS Code, Colab use it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nb_cudaguard.kernelsession import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+EMBEDDING_SETUP = "import torch\n%cudaguard simulate on\nemb = torch.nn.Embedding(10, 4)\nids = torch.tensor([3, 11])"
+
+
+def _report_json(kernel) -> dict:
+    result = kernel.run("%cudaguard report --json")
+    return json.loads(result.stdout)
+
+
+def test_user_output_reaches_the_client_exactly_once_and_in_order(kernel):
+    code = (
+        "import os, sys\n"
+        "for n in range(300):\n"
+        "    os.write(1, f'fd {n}\\n'.encode())\n"
+        "for n in range(300):\n"
+        "    print(f'py {n}')\n"
+        "sys.stdout.flush()\n"
+        "for n in range(300):\n"
+        "    os.write(2, f'err {n}\\n'.encode())\n"
+    )
+    result = kernel.run(code)
+    assert result.status == "ok"
+    stdout_lines = [line for line in result.stdout.splitlines() if line]
+    fd_lines = [line for line in stdout_lines if line.startswith("fd ")]
+    py_lines = [line for line in stdout_lines if line.startswith("py ")]
+    assert fd_lines == [f"fd {n}" for n in range(300)]
+    assert py_lines == [f"py {n}" for n in range(300)]
+    assert [line for line in result.stderr.splitlines() if line] == [f"err {n}" for n in range(300)]
+
+
+def test_poisoned_context_with_captured_assertion(kernel):
+    assert kernel.run(EMBEDDING_SETUP).status == "ok"
+    failed = kernel.run("out = emb(ids)")
+    assert failed.status == "error" and failed.error["ename"] == "AcceleratorError"
+    assert "srcIndex < srcSelectDimSize" in failed.stderr  # the user still sees the device's lines
+    assert any("POISONED" in text for text in failed.texts())
+    data = _report_json(kernel)
+    assert data["classification"] == "poisoned"
+    assert data["assertions"][0]["condition"] == "srcIndex < srcSelectDimSize"
+    assert data["causes"][0]["family"] == "embedding_index_out_of_range"
+    user_frames = [f for f in data["incident"]["frames"] if f["is_user"]]
+    assert user_frames[-1]["line"] == "out = emb(ids)"
+    assert not data["incident"]["frames"][-1]["is_user"]  # the op raised inside library code
+    later = kernel.run("torch.zeros(3).sum()")
+    assert later.status == "error" and "device-side assert" in later.error["evalue"]
+
+
+def test_out_of_memory_is_recoverable(kernel):
+    kernel.run("import torch")
+    result = kernel.run(
+        "raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 15.9 GiB total)')"
+    )
+    assert result.status == "error"
+    assert any("no restart needed" in text for text in result.texts())
+    assert _report_json(kernel)["classification"] == "recoverable"
+    assert kernel.run("1 + 1").status == "ok"
+
+
+def test_capture_fd_output_off(kernel_fd_capture_off):
+    kernel = kernel_fd_capture_off
+    status = kernel.run("%cudaguard status").stdout
+    assert "fd 2: fd" in status
+    kernel.run(EMBEDDING_SETUP)
+    kernel.run("out = emb(ids)")
+    data = _report_json(kernel)
+    assert data["classification"] == "poisoned"
+    assert data["assertions"][0]["count"] == 4
+
+
+def test_non_utf8_and_large_output_do_not_break_the_kernel(kernel):
+    result = kernel.run("import os\nos.write(2, b'\\xff\\xfe\\xc3(\\n')\nos.write(1, b'z' * 3_000_000 + b'\\n')\n1/0")
+    assert result.status == "error"
+    assert len(result.stdout) >= 3_000_000
+    assert kernel.run("print('alive')").stdout == "alive\n"
+
+
+def test_cell_closing_fd2_leaves_the_kernel_working(kernel):
+    result = kernel.run("import os\nos.close(2)")
+    assert result.status == "ok"
+    assert kernel.run("print('still here')").stdout == "still here\n"
+    assert kernel.run("raise RuntimeError('CUDA error: misaligned address')").status == "error"
+
+
+def test_unload_mid_session_keeps_state_and_output(kernel):
+    kernel.run("x = 41")
+    assert kernel.run("%unload_ext nb_cudaguard").status == "ok"
+    result = kernel.run("import os; os.write(2, b'raw\\n'); print(x + 1)")
+    assert result.stdout == "42\n" and "raw" in result.stderr
+    assert kernel.run("%cudaguard status").status == "error"  # the magic is gone
+    assert kernel.run("%load_ext nb_cudaguard").status == "ok"
+
+
+def test_loaded_from_kernel_config():
+    with KernelSession(extra_args=["--InteractiveShellApp.extensions=['nb_cudaguard']"]) as kernel:
+        assert "cells recorded" in kernel.run("%cudaguard status").stdout
+        kernel.run("import torch\nt = torch.ones(2)")
+        assert kernel.run("torch.cuda.is_initialized()").texts() == ["False"]
+
+
+def test_torch_not_installed():
+    hide_torch = "import sys; sys.modules['torch'] = None"  # makes `import torch` raise ImportError
+    with KernelSession() as kernel:
+        kernel.run(hide_torch)
+        assert kernel.run("%load_ext nb_cudaguard").status == "ok"
+        failed = kernel.run("import torch")
+        assert failed.status == "error"
+        assert _report_json(kernel)["classification"] == "not_cuda"
+        simulate = kernel.run("%cudaguard simulate on")
+        assert simulate.status == "error" and "torch" in simulate.error["evalue"]
+        assert kernel.run("print('ok')").stdout == "ok\n"

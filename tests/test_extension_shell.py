@@ -1,0 +1,115 @@
+"""The extension in a real IPython shell: loading, unloading, config, the journal, incidents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nb_cudaguard
+
+
+def _callbacks(ip, event):
+    return [cb for cb in ip.events.callbacks[event] if getattr(cb, "__self__", None) is nb_cudaguard.get_guard(ip)]
+
+
+def test_loading_twice_registers_nothing_twice(shell):
+    shell.run_line_magic("load_ext", "nb_cudaguard")
+    nb_cudaguard.load_ipython_extension(shell)
+    assert len(_callbacks(shell, "pre_run_cell")) == 1
+    assert len(_callbacks(shell, "post_run_cell")) == 1
+    assert "cudaguard" in shell.magics_manager.magics["line"]
+
+
+def test_unload_removes_every_hook_magic_and_tap(shell):
+    guard = nb_cudaguard.get_guard(shell)
+    shell.run_line_magic("unload_ext", "nb_cudaguard")
+    assert nb_cudaguard.get_guard(shell) is None
+    for event in ("pre_run_cell", "post_run_cell"):
+        assert not [cb for cb in shell.events.callbacks[event] if getattr(cb, "__self__", None) is guard]
+    assert "cudaguard" not in shell.magics_manager.magics["line"]
+    assert guard not in shell.configurables
+    assert guard.capture._taps == []
+    shell.run_line_magic("load_ext", "nb_cudaguard")  # the fixture unloads again
+
+
+def test_config_through_percent_config(shell):
+    shell.run_line_magic("config", "CudaGuard.capture_limit = 1234")
+    guard = nb_cudaguard.get_guard(shell)
+    assert guard.capture_limit == 1234 and guard.capture.limit == 1234
+
+
+def test_journal_records_status_duration_and_names(shell):
+    shell.run_cell("import math\nvalues = [math.sqrt(2)]", store_history=True)
+    shell.run_cell("values.append(undefined_name)", store_history=True)
+    shell.run_cell("!true", store_history=True)
+    guard = nb_cudaguard.get_guard(shell)
+    first, second, third = list(guard.journal)[-3:]
+    assert (first.status, second.status, third.status) == ("ok", "error", "ok")
+    assert second.error.startswith("NameError")
+    assert first.duration > 0
+    assert {"math", "values"} <= first.names.defined
+    assert "values" in second.names.mutated
+    third.transformed = shell.transform_cell(third.source)
+    assert third.names.side_effects == {"shell"}
+
+
+def test_a_cpu_index_error_is_explained_without_a_restart(shell, capsys):
+    torch = pytest.importorskip("torch")
+    shell.user_ns["torch"] = torch
+    shell.run_cell(
+        "logits = torch.randn(4, 3)\nlabels = torch.tensor([0, 1, 2, 3])\n"
+        "loss = torch.nn.functional.cross_entropy(logits, labels)",
+        store_history=True,
+    )
+    report = nb_cudaguard.get_guard(shell).last_report
+    assert report.incident.classification == "not_cuda"
+    assert report.diagnosis.top.family == "label_out_of_range"
+    assert "Target 3 is out of bounds" in report.incident.message
+    assert report.incident.user_frame.line.startswith("loss = torch.nn.functional.cross_entropy")
+    assert "no restart needed" in capsys.readouterr().out
+
+
+def test_a_simulated_device_assert_is_poisoned_with_its_assertion(shell, capsys):
+    pytest.importorskip("torch")
+    shell.run_cell("import torch\n%cudaguard simulate on", store_history=True)
+    shell.run_cell("emb = torch.nn.Embedding(10, 4)\nids = torch.tensor([1, 12])", store_history=True)
+    shell.run_cell("out = emb(ids)", store_history=True)
+    report = nb_cudaguard.get_guard(shell).last_report
+    assert report.incident.classification == "poisoned"
+    [record] = report.incident.assertions
+    assert record.condition == "srcIndex < srcSelectDimSize" and record.count == 4
+    assert report.diagnosis.top.family == "embedding_index_out_of_range"
+    shell.run_cell("print(torch.ones(2) + 1)", store_history=True)  # innocent, and still fails
+    assert nb_cudaguard.get_guard(shell).last_report.incident.classification == "poisoned"
+    assert "POISONED" in capsys.readouterr().out
+
+
+def test_report_formats(shell, capsys):
+    shell.run_cell("raise RuntimeError('CUDA error: an illegal memory access was encountered')", store_history=True)
+    capsys.readouterr()
+    shell.run_line_magic("cudaguard", "report --json")
+    data = json.loads(capsys.readouterr().out)
+    assert data["causes"][0]["family"] == "illegal_memory_access"
+    shell.run_line_magic("cudaguard", "report --markdown")
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("### nb_cudaguard") and "`illegal_memory_access`" in markdown
+
+
+def test_plain_errors_stay_quiet(shell, capsys):
+    shell.run_cell("1/0", store_history=True)
+    assert "nb_cudaguard" not in capsys.readouterr().out
+    assert nb_cudaguard.get_guard(shell).last_report.incident.classification == "not_cuda"
+
+
+def test_usage_errors_do_not_raise_into_the_user(shell, capsys):
+    shell.run_cell("%cudaguard frobnicate", store_history=True)
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_success_path_does_not_touch_cuda(shell):
+    torch = pytest.importorskip("torch")
+    for n in range(50):
+        shell.run_cell(f"x{n} = {n} * 2", store_history=True)
+    assert not torch.cuda.is_initialized()
+    assert nb_cudaguard.get_guard(shell).incidents == []
