@@ -13,7 +13,9 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from nb_cudaguard.kernelsession import KernelSession
 
@@ -38,19 +40,33 @@ def drain_run(session: KernelSession, code: str) -> float:
     return time.perf_counter() - start
 
 
-def terminal_run(mb: int, with_extension: bool) -> float:
+TERMINAL_CELLS = {
+    "terminal IPython, print()": "_ = [print(s, end='') for _ in range({mb} * 1024)]",
+    "terminal IPython, os.write(1)": "_ = [os.write(1, b) for _ in range({mb})]",
+}
+
+
+def terminal_run(mb: int, cell: str, with_extension: bool, tmp: Path) -> float:
+    """Time the cell itself (and the hooks around it) from inside the session, not IPython's start. The output
+    goes to a pipe that this process reads, as a terminal or a log collector would."""
+    result = tmp / "elapsed.txt"
     lines = ["%load_ext nb_cudaguard"] if with_extension else []
-    lines += ["import os", "b = b'y' * (1 << 20)", f"_ = [os.write(1, b) for _ in range({mb})]"]
-    start = time.perf_counter()
+    lines += [
+        "import os, time",
+        "b = b'y' * (1 << 20)",
+        "s = 'y' * 1023 + chr(10)",
+        "t0 = time.perf_counter()",
+        cell.format(mb=mb),
+        f"_ = open({str(result)!r}, 'w').write(str(time.perf_counter() - t0))",
+    ]
     subprocess.run(
         [sys.executable, "-m", "IPython", "--quick", "--no-banner", "--HistoryManager.hist_file=:memory:"],
         input="\n".join(lines) + "\n",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
         text=True,
         check=True,
     )
-    return time.perf_counter() - start
+    return float(result.read_text())
 
 
 def main() -> None:
@@ -66,11 +82,12 @@ def main() -> None:
             for _ in range(args.repeat):
                 results[name]["plain"].append(drain_run(plain, code))
                 results[name]["nb_cudaguard"].append(drain_run(guarded, code))
-    name = "terminal IPython, os.write(1)"
-    results[name] = {"plain": [], "nb_cudaguard": []}
-    for _ in range(args.repeat):
-        results[name]["plain"].append(terminal_run(args.mb, False))
-        results[name]["nb_cudaguard"].append(terminal_run(args.mb, True))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cell in TERMINAL_CELLS.items():
+            results[name] = {"plain": [], "nb_cudaguard": []}
+            for _ in range(args.repeat):
+                results[name]["plain"].append(terminal_run(args.mb, cell, False, Path(tmp)))
+                results[name]["nb_cudaguard"].append(terminal_run(args.mb, cell, True, Path(tmp)))
     print(f"{args.mb} MB per cell, {args.repeat} alternating repetitions, medians:")
     for name, runs in results.items():
         plain, guarded = statistics.median(runs["plain"]), statistics.median(runs["nb_cudaguard"])

@@ -18,10 +18,10 @@ A cell that closes or re-points fd 1 or 2 wins: we notice, stop tapping that fd,
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import fcntl
 import os
+import select
 import sys
 import termios
 import threading
@@ -61,44 +61,90 @@ def _pending_bytes(fd: int) -> int:
 
 @dataclass
 class CellOutput:
-    """What one cell wrote, kept small: the last ``limit`` characters and every distinct assertion."""
+    """What one cell wrote, kept small: the last ``limit`` characters and every distinct assertion.
+
+    ``add`` runs for every write the user makes (ipykernel forwards C-level output in 1000-byte pieces), so it only
+    appends; pieces are joined, scanned for assertion lines and trimmed in batches of ``_BATCH`` characters, and
+    decoded only when the report reads them.
+    """
 
     limit: int = 64 * 1024
     chunks: deque = field(default_factory=deque)
     size: int = 0
     total: int = 0
     collector: AssertionCollector = field(default_factory=AssertionCollector)
-    _partial: str = ""
+    _pending: list = field(default_factory=list)
+    _pending_size: int = 0
+    _partial: str | bytes = ""
 
-    def add(self, text: str) -> None:
-        if not text:
+    def add(self, chunk: str | bytes) -> None:
+        if self._pending and type(chunk) is not type(self._pending[0]):
+            self._settle()
+        self._pending.append(chunk)
+        self._pending_size += len(chunk)
+        if self._pending_size >= _BATCH:
+            self._settle()
+
+    def _settle(self) -> None:
+        if not self._pending:
             return
-        self.total += len(text)
-        self.chunks.append(text)
-        self.size += len(text)
+        block = self._pending[0][:0].join(self._pending)
+        self._pending, self._pending_size = [], 0
+        self.total += len(block)
+        self._scan(block)
+        self.chunks.append(block[-self.limit :])
+        self.size += len(self.chunks[-1])
         while self.size - len(self.chunks[0]) >= self.limit:
             self.size -= len(self.chunks.popleft())
-        # Assertion lines can be split across chunks; keep the unfinished last line for the next one.
-        if "ssert" in text or self._partial:
-            joined = self._partial + text
-            complete, _, rest = joined.rpartition("\n")
-            self._partial = rest[-4096:]
-            if complete:
-                self.collector.feed_text(complete)
+
+    def _scan(self, block: str | bytes) -> None:
+        """Feed the complete lines that hold an assertion; carry the unfinished last line into the next block."""
+        newline, marker = ("\n", _STR_MARKER) if isinstance(block, str) else (b"\n", _BYTES_MARKER)
+        partial = self._partial if type(self._partial) is type(block) else block[:0]
+        if marker not in block and marker not in partial[-8:] + block[:8]:
+            _, found, rest = block.rpartition(newline)
+            self._partial = (rest if found else partial + block)[-4096:]
+            return
+        complete, found, rest = (partial + block).rpartition(newline)
+        if found and marker in complete:
+            self.collector.feed_text(_as_text(complete))
+        self._partial = (rest if found else complete)[-4096:]
 
     def finish(self) -> None:
+        self._settle()
         if self._partial:
-            self.collector.feed_text(self._partial)
+            self.collector.feed_text(_as_text(self._partial))
             self._partial = ""
 
     @property
     def text(self) -> str:
-        joined = "".join(self.chunks)
-        return joined[-self.limit :]
+        self._settle()
+        parts: list[str] = []
+        raw: list[bytes] = []  # consecutive byte chunks are decoded together, so no character is cut in two
+        for chunk in self.chunks:
+            if isinstance(chunk, bytes):
+                raw.append(chunk)
+                continue
+            if raw:
+                parts.append(_as_text(b"".join(raw)))
+                raw = []
+            parts.append(chunk)
+        if raw:
+            parts.append(_as_text(b"".join(raw)))
+        return "".join(parts)[-self.limit :]
 
     @property
     def assertions(self) -> list[AssertionRecord]:
+        self.finish()
         return self.collector.records
+
+
+_BATCH = 256 * 1024
+_STR_MARKER, _BYTES_MARKER = "ssert", b"ssert"
+
+
+def _as_text(chunk: str | bytes) -> str:
+    return chunk if isinstance(chunk, str) else chunk.decode("utf-8", errors="replace")
 
 
 class _StreamTap:
@@ -165,22 +211,29 @@ class _FdTap:
             fcntl.fcntl(self.write_end, _F_SETPIPE_SZ, _PIPE_BYTES)
         except OSError:
             pass
+        os.set_blocking(self.read_end, False)
         self._pipe_ino = os.fstat(self.write_end).st_ino
         self._lock = threading.Lock()
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._active = False
         self._thread = threading.Thread(target=self._pump, name=f"nb_cudaguard-fd{fd}", daemon=True)
         self._thread.start()
 
     def _pump(self) -> None:
+        # Wait for data without the lock, then read *and* forward under it: once the pipe is empty and the lock is
+        # free, every byte the cell wrote has reached the original fd and the buffer (see ``end``).
+        poller = select.poll()
+        poller.register(self.read_end, select.POLLIN)
         while True:
-            try:
-                data = os.read(self.read_end, 65536)
-            except OSError:
-                return
-            if not data:
-                return
+            poller.poll()
             with self._lock:
+                try:
+                    data = os.read(self.read_end, _PIPE_BYTES)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
                 view = memoryview(data)
                 while view:
                     try:
@@ -188,7 +241,7 @@ class _FdTap:
                     except OSError:
                         break
                     view = view[written:]
-                self.sink(self._decoder.decode(data))
+                self.sink(data)
 
     def _flush_python(self) -> None:
         stream = getattr(sys, self.pystream_name, None)

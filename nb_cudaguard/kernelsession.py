@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
 from dataclasses import dataclass, field
 
 
@@ -53,7 +54,14 @@ class KernelSession:
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # ipykernel skips fd capture
         env.update(self.extra_env)
         self.km = KernelManager(kernel_name=self.kernel_name)
-        self.km.start_kernel(env=env, cwd=self.cwd, extra_arguments=self.extra_args)
+        # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere: a client sees the copies.
+        self.km.start_kernel(
+            env=env,
+            cwd=self.cwd,
+            extra_arguments=self.extra_args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

@@ -132,3 +132,14 @@ def test_cell_output_keeps_only_the_tail():
         out.add(f"{n:03d}\n")
     assert out.text == "098\n099\n"[-10:] or out.text.endswith("099\n")
     assert len(out.text) <= 10 and out.total == 400
+
+
+@pytest.mark.parametrize("kind", [str, bytes])
+def test_an_assertion_line_cut_anywhere_is_still_found(kind):
+    line = ASSERT_LINE.format(t=0)
+    for cut in range(1, len(line)):
+        out = CellOutput()
+        for piece in ("noise\n", line[:cut], line[cut:], "more noise\n"):
+            out.add(piece if kind is str else piece.encode())
+        out.finish()
+        assert [r.count for r in out.assertions] == [1], cut
