@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,17 @@ class _Binder:
         return bound
 
 
+_KEEP_SOURCE = 1 << 20  # elements: smaller cast sources are kept alive with their index, to show the NaN itself
+
+
+def _source_ref(source) -> Callable[[], Any]:
+    """How to find a cast's floating source on the failure path. A small one is kept (it is usually a temporary,
+    as in ``(p * n).long()``); a large one only weakly, so the guard never holds big tensors alive."""
+    if source.numel() <= _KEEP_SOURCE:
+        return lambda: source
+    return weakref.ref(source)
+
+
 class _Casts:
     """Integer tensors made from floating ones while the guard was on, with a not-yet-read finiteness flag."""
 
@@ -111,7 +123,7 @@ class CudaCheckMode(TorchDispatchMode):
         self.binder = _Binder()
         self.casts = _Casts()
         self.notices: list[str] = []
-        self.checked = 0  # ops checked, for %cudaguard status and the tests
+        self.checked: Counter[str] = Counter()  # ops checked, by name: what the guard actually looked at
 
     # --- the hot path
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -151,7 +163,7 @@ class CudaCheckMode(TorchDispatchMode):
                 raise
             self.notice(f"{_op_name(func)} ran unchecked: the check itself failed ({type(exc).__name__}: {exc}).")
             return
-        self.checked += 1
+        self.checked[_op_name(func)] += 1
         for condition, numbers in zip(conditions, stats, strict=True):
             if not condition.passes(numbers):
                 raise self._error(func, condition, numbers) from None
@@ -166,7 +178,7 @@ class CudaCheckMode(TorchDispatchMode):
                 raise
             self.notice(f"{name} ran unchecked: the check itself failed ({type(exc).__name__}: {exc}).")
             return
-        self.checked += 1
+        self.checked[name] += 1
         for condition, numbers in zip(conditions, stats, strict=True):
             if not condition.passes(numbers):
                 raise self._error(name, condition, numbers) from None
@@ -213,13 +225,23 @@ class CudaCheckMode(TorchDispatchMode):
             if result.dtype not in _INDEX_DTYPES:
                 return
             if source.is_floating_point() and _plain(source):
-                self.casts.record(result, torch.isfinite(source).all(), weakref.ref(source))
+                self.casts.record(result, torch.isfinite(source).all(), _source_ref(source))
                 return
-        if not getattr(func, "is_view", False) and func not in _CAST_OPS:
+        is_view = getattr(func, "is_view", False)
+        if not is_view and func not in _CAST_OPS:
             return
         found = self.casts.lookup(source)  # a view or a device move of a tracked index keeps its provenance
-        if found is not None and result.dtype in _INDEX_DTYPES:
-            self.casts.record(result, found[0], found[1])
+        if found is None or result.dtype not in _INDEX_DTYPES:
+            return
+        flag, source_ref = found
+        floating = source_ref()
+        if is_view and floating is not None:  # the same view of the floating source, so positions line up
+            try:
+                floating = func(floating, *args[1:], **kwargs)
+                source_ref = _source_ref(floating)
+            except Exception:
+                source_ref = _gone
+        self.casts.record(result, flag, source_ref)
 
     # --- --sync
     def _synchronize(self, func) -> None:
@@ -322,6 +344,10 @@ def _read_back(conditions: list[Condition]) -> list[list[float]]:
             results[i] = flat[offset : offset + n]
             offset += n
     return results  # type: ignore[return-value]
+
+
+def _gone() -> None:
+    return None
 
 
 def _op_name(func) -> str:
