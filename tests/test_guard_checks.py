@@ -541,7 +541,7 @@ def bad_ctc_target_lengths():
 
 
 def bad_ctc_backward():
-    log_probs, input_lengths = _ctc_inputs()
+    log_probs, _ = _ctc_inputs()
     labels = torch.tensor([[1, 9], [3, 4]])
     return aten._ctc_loss_backward(
         torch.ones(2), log_probs, labels, [6, 6], [2, 2], torch.zeros(2), torch.zeros(2, 6, 5), 0, False
@@ -549,7 +549,7 @@ def bad_ctc_backward():
 
 
 def good_ctc_backward():
-    log_probs, input_lengths = _ctc_inputs()
+    log_probs, _ = _ctc_inputs()
     targets = torch.tensor([[1, 4], [3, 4]])
     nll, alpha = aten._ctc_loss(log_probs, targets, [6, 6], [2, 2], 0, False)
     return aten._ctc_loss_backward(torch.ones(2), log_probs, targets, [6, 6], [2, 2], nll, alpha, 0, False)
