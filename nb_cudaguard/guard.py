@@ -6,11 +6,13 @@ under ``%%cudacheck`` every aten op passes through :class:`CudaCheckMode`: ops w
 reduction each) and read back together (one synchronisation per op); every other op goes straight through.
 A violation raises :class:`~nb_cudaguard.errors.CudaCheckError` before the op runs.
 
-Three things the dispatch level cannot see are handled here too: ``F.one_hot`` decomposes before dispatch (its
-CUDA form only shows up as a ``scatter_``), so a small function mode checks it by name; NaN/inf cast to an integer
-index (which CUDA turns into 0 without a word) is remembered at the cast, with its finiteness reduced there and
-read only when the result is used as an index; and ``sync=True`` synchronises after every op so that errors from
-kernels the guard cannot check (custom extensions) surface at the op that launched them.
+Two things a per-op check cannot see are handled here too: NaN/inf cast to an integer index (which CUDA turns
+into 0 without a word) is remembered at the cast, with its finiteness reduced there and read only when the result
+is used as an index; and ``sync=True`` synchronises after every op so that errors from kernels the guard cannot
+check (custom extensions) surface at the op that launched them. ``F.one_hot`` decomposes before dispatch; its CUDA
+form, a ``scatter_`` of ones into zeros, is recognised in ``guard_checks`` and reported as one_hot. (A torch
+function mode could see ``F.one_hot`` by name, but any function mode turns off nn.Transformer's fused inference
+path (``torch.overrides.has_torch_function``), which would change results.)
 
 Dynamo does not compile frames while a dispatch mode is active (``torch/_dynamo/convert_frame.py``: "non-infra
 torch dispatch mode present"), so a ``torch.compile``'d model runs eagerly under the guard and is checked. Where a
@@ -27,12 +29,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import catalog, probe
 from .errors import CudaCheckError
-from .guard_checks import CHECKS, Condition, cast_condition, check_one_hot
+from .guard_checks import CHECKS, Condition, cast_condition
 from .guard_context import Names, describe_line, user_frame
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
@@ -168,21 +169,6 @@ class CudaCheckMode(TorchDispatchMode):
             if not condition.passes(numbers):
                 raise self._error(func, condition, numbers) from None
 
-    def check_function(self, check: Callable, arguments: dict, name: str) -> None:
-        """Entry point for the function-level checks (``F.one_hot``), which never reach the dispatcher whole."""
-        try:
-            conditions = check(self, arguments)
-            stats = _read_back(conditions) if conditions else []
-        except Exception as exc:
-            if catalog.is_cuda_text(str(exc)):
-                raise
-            self.notice(f"{name} ran unchecked: the check itself failed ({type(exc).__name__}: {exc}).")
-            return
-        self.checked[name] += 1
-        for condition, numbers in zip(conditions, stats, strict=True):
-            if not condition.passes(numbers):
-                raise self._error(name, condition, numbers) from None
-
     def _error(self, func, condition: Condition, numbers: list[float]) -> CudaCheckError:
         frame = user_frame(sys._getframe(1))
         names = Names(frame, self.namespace)
@@ -198,7 +184,7 @@ class CudaCheckMode(TorchDispatchMode):
             self.notice(f"could not list the offending values ({type(exc).__name__}: {exc}).")
             values, positions, count = [], [], None
         return CudaCheckError(
-            op=func if isinstance(func, str) else _op_name(func),
+            op=_op_name(func),
             argument=condition.argument,
             family=condition.family,
             problem=condition.problem.format(count=count if count is not None else "some"),
@@ -265,32 +251,14 @@ class CudaCheckMode(TorchDispatchMode):
         print(f"nb_cudaguard: {text}", file=sys.stderr)
 
 
-class _FunctionChecks(TorchFunctionMode):
-    """Checks the Python-level functions that decompose before dispatch; today only ``F.one_hot``."""
-
-    def __init__(self, mode: CudaCheckMode) -> None:
-        super().__init__()
-        self.mode = mode
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is _ONE_HOT:
-            labels = args[0] if args else kwargs.get("input", kwargs.get("tensor"))
-            classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
-            self.mode.check_function(check_one_hot, {"self": labels, "num_classes": classes}, "F.one_hot")
-        return func(*args, **kwargs)
-
-
 class Guard:
     """``with Guard():`` checks every assert-prone op in the block. Re-entrant per instance is not supported."""
 
     def __init__(self, sync: bool = False, namespace: dict | None = None) -> None:
         self.mode = CudaCheckMode(sync=sync, namespace=namespace)
-        self.functions = _FunctionChecks(self.mode)
         self.active = False
 
     def __enter__(self) -> Guard:
-        self.functions.__enter__()
         self.mode.__enter__()
         self.active = True
         return self
@@ -299,27 +267,22 @@ class Guard:
         self.leave()
 
     def leave(self) -> None:
-        """Leave both modes even if the user pushed others on top meanwhile (those stay active)."""
+        """Leave the mode even if the user pushed others on top meanwhile: those are left and re-entered, so
+        they stay active in the same order."""
         if not self.active:
             return
         self.active = False
-        from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-        _leave(self.mode, _get_current_dispatch_mode_stack)
-        _leave(self.functions, _get_current_function_mode_stack)
-
-
-def _leave(mode, stack: Callable[[], list]) -> None:
-    modes = stack()
-    if mode not in modes:
-        return
-    above = modes[modes.index(mode) + 1 :]
-    for other in reversed(above):
-        other.__exit__(None, None, None)
-    mode.__exit__(None, None, None)
-    for other in above:
-        other.__enter__()
+        modes = _get_current_dispatch_mode_stack()
+        if self.mode not in modes:
+            return
+        above = modes[modes.index(self.mode) + 1 :]
+        for other in reversed(above):
+            other.__exit__(None, None, None)
+        self.mode.__exit__(None, None, None)
+        for other in above:
+            other.__enter__()
 
 
 def checking(sync: bool = False, namespace: dict | None = None) -> Guard:
@@ -366,4 +329,3 @@ def _compiling() -> bool:
 
 _COPY = torch.ops.aten.copy_.default
 _CAST_OPS = frozenset({torch.ops.aten._to_copy.default, _COPY})
-_ONE_HOT = torch.nn.functional.one_hot

@@ -366,7 +366,21 @@ def check_take(guard, a) -> list[Condition]:
 
 def check_gather_scatter(guard, a) -> list[Condition]:
     t, dim, index = a["self"], a["dim"], a["index"]
+    labels = _one_hot_labels(t, dim, index, a.get("value"))
+    if labels is not None:
+        return check_one_hot(guard, {"self": labels, "num_classes": t.size(-1)})
     return _dim_checks(guard, "index", index, _dim_size(t, dim), dim, False, "gather_scatter_index", FIX_GATHER)
+
+
+def _one_hot_labels(t, dim, index, value):
+    """The labels, if this scatter is ``F.one_hot`` on CUDA: ``Onehot.cpp`` skips its host checks there ("rely on
+    device assert thrown by scatter") and runs ``zeros(shape + [C]).scatter_(-1, labels.unsqueeze(-1), 1)``."""
+    if dim != -1 or value is None or value != 1 or t.dtype != torch.int64 or index.dtype != torch.int64:
+        return None
+    if index._base is None or index.shape[-1:] != (1,) or t.shape[:-1] != index.shape[:-1]:
+        return None
+    base = index._base  # the user's labels themselves, unless they were a view already
+    return base if base.shape == index.shape[:-1] else index.squeeze(-1)
 
 
 def _class_conditions(guard, a, classes: int, source: str) -> list[Condition]:

@@ -585,8 +585,10 @@ def good_multinomial():
 
 
 def bad_one_hot():
+    # F.one_hot as it runs on CUDA (Onehot.cpp skips its host checks there and relies on scatter's device assert).
+    # On CPU, F.one_hot raises its own host error before any kernel; this is the form the guard must catch.
     labels = torch.tensor([0, 2, 3])
-    return F.one_hot(labels, num_classes=3)
+    return torch.zeros(3, 3, dtype=torch.long).scatter_(-1, labels.unsqueeze(-1), 1)
 
 
 def good_one_hot():
@@ -595,8 +597,8 @@ def good_one_hot():
 
 
 def bad_one_hot_negative():
-    labels = torch.tensor([1, -1])
-    return F.one_hot(labels)
+    labels = torch.tensor([1, -1])  # F.one_hot(labels) on CUDA: num_classes = labels.max() + 1 = 2
+    return torch.zeros(2, 2, dtype=torch.long).scatter_(-1, labels.unsqueeze(-1), 1)
 
 
 def good_one_hot_inferred():
@@ -1270,7 +1272,7 @@ CASES = {
     "one_hot": Case(
         bad_one_hot,
         good_one_hot,
-        "F.one_hot",
+        "aten.scatter_.value",
         "input",
         "one_hot_num_classes",
         [3],
@@ -1278,18 +1280,18 @@ CASES = {
         1,
         "[0, 3)",
         variable="labels",
-        line="F.one_hot(labels, num_classes=3)",
+        range_source="num_classes = 3",
     ),
     "one_hot_negative": Case(
         bad_one_hot_negative,
         good_one_hot_inferred,
-        "F.one_hot",
+        "aten.scatter_.value",
         "input",
         "one_hot_num_classes",
         [-1],
         [(1,)],
         1,
-        ">= 0",
+        "[0, 2)",
         variable="labels",
     ),
     "bincount": Case(
