@@ -276,6 +276,7 @@ class Guard:
 
         modes = _get_current_dispatch_mode_stack()
         if self.mode not in modes:
+            _drop_exited(modes)
             return
         above = modes[modes.index(self.mode) + 1 :]
         for other in reversed(above):
@@ -283,6 +284,22 @@ class Guard:
         self.mode.__exit__(None, None, None)
         for other in above:
             other.__enter__()
+
+
+def _drop_exited(modes: list) -> None:
+    """``TorchDispatchMode.__exit__`` pops the top of the stack, whichever mode that is. A mode entered before the
+    guard and exited while the guard was on top (``testing.disable()`` under ``%cudaguard check on``) therefore
+    popped the guard and stayed on the stack itself; take it off, as its owner meant to."""
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+    exited = [m for m in modes if not getattr(m, "old_dispatch_mode_flags", True)]
+    if not exited:
+        return
+    for _ in modes:
+        _pop_mode()
+    for other in modes:
+        if other not in exited:
+            _push_mode(other)
 
 
 def checking(sync: bool = False, namespace: dict | None = None) -> Guard:
