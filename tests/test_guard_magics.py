@@ -156,7 +156,10 @@ def test_error_to_cause_and_dict(shell) -> None:
 
 
 def test_import_does_not_import_torch() -> None:
-    code = "import sys, nb_cudaguard; assert nb_cudaguard.CudaCheckError.__mro__[1] is RuntimeError; print('torch' in sys.modules)"
+    code = (
+        "import sys, nb_cudaguard; assert nb_cudaguard.CudaCheckError.__mro__[1] is RuntimeError; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     assert nb_cudaguard.CudaCheckError is CudaCheckError
