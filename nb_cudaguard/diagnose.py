@@ -173,13 +173,21 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
             "CPU copies and the source."
         )
     top = diagnosis.top
-    if top is not None and top.family == "illegal_memory_access":
+    if top is None:
+        notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
+    elif top.family == "illegal_memory_access":
         notes.append(
             "No tensor value explains an illegal memory access: suspect a custom or third-party CUDA kernel, an "
             "out-of-bounds pointer, or an index passed to an op without bounds checks; run with "
             "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel."
         )
-    elif top is None or top.family == "other":
+    elif top.family == "embedding_index_out_of_range" and not any(e.kind == "tensor" for e in top.evidence):
+        notes.append(
+            "An embedding index was out of range, but no tensor was in reach to say which table: token ids beyond "
+            "the vocabulary, a sequence longer than max_position_embeddings, or token_type_ids beyond "
+            "type_vocab_size. Give the code (explain --code FILE) or re-run under %%cudacheck."
+        )
+    elif top.family == "other":
         notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
     elif top.confidence < 0.5:
         notes.append(

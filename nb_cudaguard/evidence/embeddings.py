@@ -129,7 +129,35 @@ def analyse(ctx: Context) -> list[Cause]:
         causes += _positions(ctx, tables["position"], word_ids, position_ids)
     if "word" in tables:
         causes += _word_ids(ctx, tables["word"], [t for t in word_ids if is_integral(t.obj)])
+    if "token_type" not in tables:
+        causes += _single_type_checkpoint(ctx)
+    if not causes and _added_without_resize(ctx):
+        fix = _resize_fix(ctx)
+        causes.append(ctx.cause("vocab_resize_missing", 0.6, None, fix, [_added_evidence(ctx)]))
     return causes
+
+
+# Checkpoints of these families are trained with a single token type (type_vocab_size=1).
+_SINGLE_TYPE = ("roberta", "camembert", "longformer", "xlm-r", "phobert", "bertweet")
+
+
+def _single_type_checkpoint(ctx: Context) -> list[Cause]:
+    """No config in reach, but the source loads a RoBERTa-family checkpoint and passes token_type_ids to it."""
+    passed = ctx.static.passed_keywords.get("token_type_ids")
+    checkpoint = next((f for f in ctx.static.pretrained if any(w in str(f.value).lower() for w in _SINGLE_TYPE)), None)
+    if not passed or checkpoint is None:
+        return []
+    evidence = [
+        Evidence(
+            "source",
+            f"`{checkpoint.line}`: this checkpoint family has type_vocab_size=1",
+            direct=False,
+            source_line=checkpoint.line,
+        ),
+        Evidence("source", f"`{passed[-1].line}` passes token_type_ids", direct=False, source_line=passed[-1].line),
+    ]
+    table = Table(1, f"{checkpoint.value} (type_vocab_size=1)", evidence[0])
+    return [ctx.cause("token_type_ids_out_of_range", 0.6, passed[-1].value, _type_fix(table), evidence)]
 
 
 def _type_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:

@@ -46,6 +46,8 @@ class StaticFacts:
     resized: list[Fact] = field(default_factory=list)
     sigmoid: list[Fact] = field(default_factory=list)
     calls: dict[str, list[Fact]] = field(default_factory=dict)  # function name -> calls
+    pretrained: list[Fact] = field(default_factory=list)  # checkpoint names given to from_pretrained
+    passed_keywords: dict[str, list[Fact]] = field(default_factory=dict)  # keyword name -> calls passing it
 
     def keyword(self, key: str) -> Fact | None:
         facts = self.keywords.get(key)
@@ -137,7 +139,11 @@ def _read(source: str, facts: StaticFacts) -> None:
             facts.resized.append(Fact(name, line, target))
         elif name in ("sigmoid", "Sigmoid", "softmax", "Softmax"):
             facts.sigmoid.append(Fact(name, line, target))
+        if name == "from_pretrained" and node.args and isinstance(node.args[0], ast.Constant):
+            facts.pretrained.append(Fact(str(node.args[0].value), line, target))
         for kw in node.keywords:
+            if kw.arg:
+                facts.passed_keywords.setdefault(kw.arg, []).append(Fact(ast.unparse(kw.value), line, target))
             if kw.arg in _KEYWORDS:
                 value = _int(kw.value)
                 if value is not None:

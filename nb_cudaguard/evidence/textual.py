@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .. import catalog
+from ..catalog import AssertionRecord
 from ..incident import Incident
 
 # Which embedding table a frame's line reads: only the innermost line that names exactly one of them counts,
@@ -112,7 +114,17 @@ _TEXT_HINTS = (
         0.5,
         "an index or label has a floating dtype",
     ),
+    ("dtype_mismatch", r"expected target dtype", 0.5, "a class-index target has a floating dtype"),
+    (
+        "embedding_index_out_of_range",
+        r"Tried to access index -?\d+ out of table with \d+ rows",
+        0.8,
+        "an id beyond the embedding table (the pre-1.5 CPU message)",
+    ),
 )
+# An assertion quoted without the device's file:line prefix (a title, an old THC message without backticks):
+# the catalog still knows its condition.
+_BARE_ASSERTION = re.compile(r"Assertion [`']?(?P<condition>[^`'\n]+?)[`']? failed")
 
 
 @dataclass
@@ -142,7 +154,22 @@ def hints_for(incident: Incident) -> list[Hint]:
     for family, pattern, weight, meaning in _TEXT_HINTS:
         if re.search(pattern, incident.text, re.IGNORECASE):
             _keep(hints, Hint(family, weight, meaning))
+    if not incident.assertions:
+        for hint in _bare_assertions(incident.text):
+            _keep(hints, hint)
     return list(hints.values())
+
+
+def _bare_assertions(text: str) -> list[Hint]:
+    found = []
+    for match in _BARE_ASSERTION.finditer(text):
+        record = AssertionRecord(file="", line=0, kernel="", condition=match["condition"].strip())
+        entry = catalog.lookup_assertion(record)
+        if entry is not None and entry.family != "other":
+            found.append(
+                Hint(entry.family, 0.8, f"the assertion `{record.condition}` (quoted without its kernel line)")
+            )
+    return found
 
 
 def _keep(hints: dict[str, Hint], hint: Hint) -> None:
