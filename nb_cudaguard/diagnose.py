@@ -88,11 +88,14 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
     """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
+    hints = textual.hints_for(incident)
+    expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,
         workspace=build_workspace(incident),
         static=read_sources(_sources(incident, code, journal)),
         line=_failing_line(incident),
+        expected_groups=frozenset(expected - {"other"}),
     )
     found: list[Cause] = []
     for name, analyser in ANALYSERS:
@@ -100,7 +103,7 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = _rank(asserted, textual.hints_for(incident), found)
+    diagnosis.causes = _rank(asserted, hints, found)
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 

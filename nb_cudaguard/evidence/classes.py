@@ -141,7 +141,9 @@ def _data_classes(ctx: Context) -> tuple[int, Evidence] | None:
 
 
 def analyse(ctx: Context) -> list[Cause]:
-    calls = _loss_calls(ctx) or _guess_calls(ctx)
+    calls = _loss_calls(ctx)
+    if not calls and (not ctx.expected_groups or "class_index" in ctx.expected_groups):
+        calls = _guess_calls(ctx)  # label-named tensors, only when nothing points elsewhere
     causes = []
     for call in calls:
         if is_floating(call.target.obj):
@@ -175,7 +177,8 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
     evidence = [range_evidence(ctx, used, found, valid, source, f"ignore_index={ignore} ({ignore_source})")]
     evidence[0].direct = used_direct
     if not used_direct:
-        evidence[0].text += f" (a CPU copy: {target.name} itself is not readable now)"
+        why = ctx.summary(target.obj).why_not
+        evidence[0].text += f" (a CPU copy: {target.name} itself was not read, {why})"
     evidence += [c.evidence for c in counts]
     negatives = [v for v in found.values if v < 0]
     name = target.name
