@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from . import catalog
 from .causes import Cause, Diagnosis, Evidence
+from .errors import CudaCheckError
 from .evidence import classes, embeddings, indexing, losses, textual
 from .evidence.context import Context
 from .evidence.families import group_of, summary_of
@@ -86,6 +87,11 @@ def _failing_line(incident: Incident) -> LineFacts:
 
 def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable | None = None) -> Diagnosis:
     """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
+    checked = getattr(incident.exception, "to_cause", None)
+    if isinstance(incident.exception, CudaCheckError) and checked is not None:
+        # %%cudacheck stopped the op before it ran: its own finding is direct and complete.
+        note = "%%cudacheck stopped this op before it ran: the context is healthy."
+        return Diagnosis(causes=[checked()], notes=[note])
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
     hints = textual.hints_for(incident)
