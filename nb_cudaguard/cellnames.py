@@ -37,6 +37,8 @@ class CellNames:
     # Globals read inside function bodies: read when the function is called, not when the cell runs, so they are
     # needed in the state the *caller* sees.
     deferred: set[str] = field(default_factory=set)
+    # Functions that bind globals (``global x; x = ...``): calling them binds those names in the caller's cell.
+    function_globals: dict[str, set[str]] = field(default_factory=dict)
     magics: list[tuple[str, str]] = field(default_factory=list)  # (name, line) of each magic the cell runs
     syntax_error: str | None = None
 
@@ -47,6 +49,7 @@ class CellNames:
         self.call_mutated |= other.call_mutated
         self.imported |= other.imported
         self.deferred |= other.deferred
+        self.function_globals.update(other.function_globals)
         self.deleted |= other.deleted
         self.used |= other.used
         self.side_effects |= other.side_effects
@@ -63,6 +66,7 @@ class CellNames:
             "call_mutated": sorted(self.call_mutated),
             "imported": sorted(self.imported),
             "deferred": sorted(self.deferred),
+            "function_globals": {name: sorted(bound) for name, bound in self.function_globals.items()},
             "magics": [list(m) for m in self.magics],
         }
 
@@ -142,6 +146,8 @@ class _Visitor(ast.NodeVisitor):
                         self.names.deferred.add(child.id)
                 elif child.id in declared_global:
                     self.names.defined.add(child.id)
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.names.function_globals.setdefault(node.name, set()).add(child.id)
         for decorator in getattr(node, "decorator_list", []):
             self.visit(decorator)
 

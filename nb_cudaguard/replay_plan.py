@@ -155,9 +155,18 @@ def _exclusion(record: CellRecord, target: CellRecord | None) -> str | None:
 
 
 def failing_cell(journal: Journal) -> CellRecord | None:
-    """The most recent cell that failed: the one the user wants to run again after the restart."""
-    failed = journal.find(lambda c: c.status == "error")
-    return failed[-1] if failed else None
+    """The cell the user wants to run again after the restart: the most recent failure, except that a sticky
+    CUDA error makes every later CUDA cell fail with the same message, so for those the first of that run
+    (since the last restart) is the cell that caused it."""
+    records = list(journal)
+    failed = [c for c in records if c.status == "error"]
+    if not failed:
+        return None
+    last = failed[-1]
+    if not last.error or "CUDA error" not in last.error:
+        return last
+    since = max((c.seq for c in records if c.status == "restart" and c.seq < last.seq), default=0)
+    return next(c for c in failed if c.seq > since and c.error == last.error)
 
 
 def _module_names(candidates: Iterable[CellRecord]) -> set[str]:
@@ -174,10 +183,13 @@ def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[Pla
     """Backward slice from the target. Globals read inside kept functions are read when the target calls them,
     so they join the target's own needs and the slice is taken again until nothing new turns up."""
     modules = _module_names(candidates)
+    binders: dict[str, set[str]] = {}
+    for record in candidates:
+        binders.update(record.names.function_globals)
     earlier = [c for c in candidates if c.seq < target.seq]
     at_target = set(target.names.used) | target.names.mutated
     while True:
-        chosen, needed = _slice(at_target, earlier, modules, target)
+        chosen, needed = _slice(at_target, earlier, modules, binders)
         deferred = set().union(*(step.record.names.deferred for step in chosen)) if chosen else set()
         if deferred <= at_target:
             break
@@ -190,14 +202,16 @@ def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[Pla
 
 
 def _slice(
-    needed: set[str], earlier: list[CellRecord], modules: set[str], target: CellRecord
+    needed: set[str], earlier: list[CellRecord], modules: set[str], binders: dict[str, set[str]]
 ) -> tuple[list[PlanStep], set[str]]:
+    """One backward pass. ``binders``: functions that bind globals, so that a cell calling them binds those."""
     needed = set(needed)
     chosen: list[PlanStep] = []
     for record in reversed(earlier):
         names = record.names
         changed = names.mutated - (names.call_mutated & modules)
-        reason = _keep_reason(record, (names.defined | names.deleted) & needed, changed & needed)
+        called = set().union(*(binders.get(name, set()) for name in names.used - names.defined))
+        reason = _keep_reason(record, (names.defined | names.deleted | called) & needed, changed & needed)
         if reason is None:
             continue
         chosen.append(PlanStep(record, reason))
