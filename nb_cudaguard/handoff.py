@@ -34,7 +34,15 @@ _MAX_BYTES = 512 * 1024 * 1024
 
 
 class HandoffError(Exception):
-    """A handoff that was refused: nothing in it was executed."""
+    """A handoff that was refused: nothing in it was executed.
+
+    ``document`` is what the file held, unverified, when it could be parsed: the requests kept in it are signed
+    one by one by their clients, so the new process can still answer those (with an error) without trusting it.
+    """
+
+    def __init__(self, message: str, document: dict | None = None) -> None:
+        super().__init__(message)
+        self.document = document
 
 
 @dataclass(frozen=True)
@@ -138,14 +146,15 @@ def pending(binding: Binding) -> Path | None:
     return path if os.path.lexists(path) else None
 
 
-def _refuse(path: Path, reason: str) -> HandoffError:
+def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffError:
     aside = path.with_name(path.name + ".refused")
     try:
         os.replace(path, aside)
         where = f" It was moved to {aside}."
     except OSError:
         where = ""
-    return HandoffError(f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}")
+    message = f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}"
+    return HandoffError(message, document)
 
 
 def consume(binding: Binding, path: Path | None = None) -> dict:
@@ -169,12 +178,16 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
         body, mac = document["body"], document["mac"]
     except (ValueError, KeyError, TypeError):
         raise _refuse(path, "it is not a handoff file (unreadable JSON)")
-    if not binding.key or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(binding.key, body)):
-        raise _refuse(path, "it was not written by this kernel, or it was changed after it was written")
-    data = json.loads(body)
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        data = None
+    if not binding.key or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(binding.key, str(body))):
+        raise _refuse(path, "it was not written by this kernel, or it was changed after it was written", data)
     if data.get("kind") != binding.kind or data.get("ident") != binding.ident:
-        raise _refuse(path, f"it belongs to {data.get('kind')} {data.get('ident')}, not to this {binding.description}")
+        where = f"{data.get('kind')} {data.get('ident')}"
+        raise _refuse(path, f"it belongs to {where}, not to this {binding.description}", data)
     if data.get("format") != FORMAT:
-        raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}")
+        raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}", data)
     path.unlink(missing_ok=True)
     return data["payload"]
