@@ -236,7 +236,8 @@ class _KernelRestart:
         if lock is not None:
             async with lock:  # held by the restart request until its reply and idle are sent
                 pass
-        await self._settle()
+        else:
+            await self._settle()
 
     async def _settle(self) -> None:
         """Let requests already inside the process reach the capture, until none arrives for a moment."""
@@ -267,7 +268,11 @@ class _KernelRestart:
         else:
             stream.stop_on_recv()
             await self._settle()
+        # Keep what is still queued, then close at once: a request that reaches a closed socket stays queued in
+        # its client until the new process binds, but one that arrives between the last read and the close is
+        # lost, so that gap is kept as short as it can be. The linger still sends the replies already queued.
         self.pending += _drain(stream.socket)
+        stream.socket.close(linger=int(_CLOSE_TIMEOUT * 1000))
 
     def _write(self, children: list[str]) -> Path:
         return handoff.write(

@@ -96,11 +96,17 @@ def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel
 
 def test_restart_without_replay_starts_empty_in_the_same_process(kernel):
     run_ok(kernel, "x = 1")
+    # what would keep a GPU context alive across the exec: a child process, and an fd without close-on-exec
+    child = value(kernel, "__import__('subprocess').Popen(['sleep', '300']).pid")
+    inherited = value(kernel, "os.set_inheritable(fd := os.open('/dev/null', os.O_RDONLY), True) or fd")
     run_ok(kernel, "import nb_cudaguard\nnb_cudaguard.restart(replay='none')")
     result = run_ok(kernel, "print('x' in dir(), 'PID' in dir())")
     assert "replayed 0/0 cell(s)" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "False False"
     assert value(kernel, "__import__('os').getpid()") == kernel.pid
+    assert not os.path.exists(f"/proc/{child}"), "the child process must end before the exec"
+    assert value(kernel, f"__import__('os').path.exists('/proc/self/fd/{inherited}')") is False
+    assert f"{child} (sleep 300)" in run_ok(kernel, "%cudaguard replay --report").stdout
 
 
 def test_two_restarts_in_a_row_keep_the_whole_history(kernel):
