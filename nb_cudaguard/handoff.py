@@ -114,7 +114,7 @@ def _mac(key: bytes, body: str) -> str:
 
 
 def write(binding: Binding, payload: dict) -> Path:
-    """Write atomically (temporary file, fsync, rename) and return the path."""
+    """Write atomically (temporary file, then rename) and return the path."""
     if not binding.key:
         raise HandoffError("nb_cudaguard: no key to sign the handoff with; the restart was not started.")
     body = json.dumps(
@@ -127,9 +127,7 @@ def write(binding: Binding, payload: dict) -> Path:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(document)
-            handle.flush()
-            os.fsync(handle.fileno())
+            handle.write(document)  # no fsync: the exec keeps the page cache, and this runs in its critical path
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -34,9 +34,10 @@ from . import handoff, reexec
 from .replay_plan import MODES, ReplayPlan, build_plan
 
 RESTART_STATUS = "restart"
-_SETTLE_SECONDS = 0.03
+_SETTLE_SECONDS = 0.01
 _SETTLE_LIMIT = 0.5
 _CLOSE_TIMEOUT = 3.0
+_IOPUB_GRACE = 0.01
 _STARTUP_FILE = "00-nb_cudaguard-resume.py"
 
 
@@ -210,16 +211,20 @@ class _KernelRestart:
         stage = "preparing"
         try:
             await self._after_restart_request()
-            children = await asyncio.get_running_loop().run_in_executor(None, reexec.end_children)
             _mark_restart_cell(self.record)
-            self._write(children)  # early, so that a handoff we cannot write stops us before anything is closed
-            stage = "closing the channels"
-            await self._stop_reading_requests()
-            path = self._write(children)
-            os.environ[handoff.ENV_PATH] = str(path)
+            self._write([])  # early, so that a handoff we cannot write stops us before anything is closed
+            stage = "stopping"
+            socket = await self._stop_reading_requests()
+            children = reexec.end_children()
             self.guard.unregister()
             reexec.restore_std_fds()
-            self._close_channels()
+            self._flush_iopub()
+            # The shell socket stays open to the last moment and is read once more just before the exec: a
+            # request that reaches it unread is lost with it, while one sent after the exec waits in its client's
+            # queue until the new process binds the same port.
+            self.pending += _drain(socket)
+            path = self._write(children)
+            os.environ[handoff.ENV_PATH] = str(path)
             stage = "exec"
             if self.options["method"] == "exit":
                 raise OSError("the exit path was asked for")
@@ -247,8 +252,8 @@ class _KernelRestart:
             seen = len(self.pending)
             await asyncio.sleep(_SETTLE_SECONDS)
 
-    async def _stop_reading_requests(self) -> None:
-        """Stop the shell socket's reader, keep what is still queued in it, and stop the shell channel thread."""
+    async def _stop_reading_requests(self):
+        """Stop the shell socket's reader and the shell channel thread; keep what is queued; return the socket."""
         kernel = self.kernel
         thread = getattr(kernel, "shell_channel_thread", None)
         stream = getattr(thread, "shell_stream", None) or kernel.shell_stream
@@ -268,11 +273,8 @@ class _KernelRestart:
         else:
             stream.stop_on_recv()
             await self._settle()
-        # Keep what is still queued, then close at once: a request that reaches a closed socket stays queued in
-        # its client until the new process binds, but one that arrives between the last read and the close is
-        # lost, so that gap is kept as short as it can be. The linger still sends the replies already queued.
         self.pending += _drain(stream.socket)
-        stream.socket.close(linger=int(_CLOSE_TIMEOUT * 1000))
+        return stream.socket
 
     def _write(self, children: list[str]) -> Path:
         return handoff.write(
@@ -290,14 +292,12 @@ class _KernelRestart:
             ),
         )
 
-    def _close_channels(self) -> None:
-        """ipykernel's own orderly close (flushes iopub and the replies), bounded in time."""
-        from ipykernel.kernelapp import IPKernelApp
-
-        app = IPKernelApp.instance()
-        closer = threading.Thread(target=app.close, name="nb_cudaguard-close", daemon=True)
-        closer.start()
-        closer.join(_CLOSE_TIMEOUT)
+    def _flush_iopub(self) -> None:
+        """Let the iopub thread send what is queued (the restart request's idle, the last output), then stop it."""
+        thread = getattr(self.kernel, "iopub_thread", None)
+        if thread is not None:
+            thread.stop()
+            time.sleep(_IOPUB_GRACE)  # libzmq's own I/O thread puts the last messages on the wire
 
     async def _abort(self, exc: BaseException) -> None:
         """Nothing is closed yet: run the kept requests here after all and carry on in this process."""

@@ -26,7 +26,7 @@ from .replay_plan import ReplayPlan
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
 # dropped by the ROUTER socket: requests from the restart window are answered once a client has subscribed to
-# iopub again, or at the latest this long after nb_cudaguard loaded (the sockets were bound before that).
+# iopub again, or at the latest this long after the sockets were bound.
 _CLIENT_WAIT = 0.3
 _OUTPUT_TAIL = 2000
 
@@ -121,6 +121,19 @@ def resume_after_restart(shell, guard) -> None:
         shell.execution_count = int(payload["execution_count"])
     plan = ReplayPlan.from_dict(payload["plan"], journal)
     _Resume(shell, guard, payload, plan).start()
+
+
+def _seconds_since_bind(kernel) -> float:
+    """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
+    records each thread's start (in clock ticks since boot). 0 where that cannot be read."""
+    thread = getattr(getattr(kernel, "iopub_thread", None), "thread", None)
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as uptime:
+            return max(0.0, float(uptime.read().split()[0]) - started)
+    except (AttributeError, OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _frames(payload: dict) -> list[list[bytes]]:
@@ -300,7 +313,7 @@ class _KeptRequests:
         self.kernel = kernel
         self.frames = frames
         self._clients_back = threading.Event()
-        self._loaded_at = time.monotonic()
+        self._bound_at = time.monotonic() - _seconds_since_bind(kernel)
         self._watch_for_clients()
 
     def _watch_for_clients(self) -> None:
@@ -318,7 +331,7 @@ class _KeptRequests:
         iopub._send_welcome_message = send_welcome
 
     async def _clients_reconnected(self) -> None:
-        while not self._clients_back.is_set() and time.monotonic() - self._loaded_at < _CLIENT_WAIT:
+        while not self._clients_back.is_set() and time.monotonic() - self._bound_at < _CLIENT_WAIT:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
 
