@@ -151,6 +151,8 @@ class _KernelRestart:
         self.options = options
         self.pending: list[list[bytes]] = []
         self.record = getattr(guard, "_current", None)
+        self.journal_json: str | None = None
+        self.children: list[str] = []
         self._handlers: dict | None = None
         self.binding = handoff.binding_for(shell, create_secret=True)
 
@@ -212,10 +214,11 @@ class _KernelRestart:
         try:
             await self._after_restart_request()
             _mark_restart_cell(self.record)
+            self.journal_json = self.guard.journal.to_json()  # once: the last write sits right before the exec
             self._write([])  # early, so that a handoff we cannot write stops us before anything is closed
             stage = "stopping"
             socket = await self._stop_reading_requests()
-            children = reexec.end_children()
+            self.children = reexec.end_children()
             self.guard.unregister()
             reexec.restore_std_fds()
             self._flush_iopub()
@@ -223,7 +226,7 @@ class _KernelRestart:
             # request that reaches it unread is lost with it, while one sent after the exec waits in its client's
             # queue until the new process binds the same port.
             self.pending += _drain(socket)
-            path = self._write(children)
+            path = self._write(self.children)
             os.environ[handoff.ENV_PATH] = str(path)
             stage = "exec"
             if self.options["method"] == "exit":
@@ -285,6 +288,7 @@ class _KernelRestart:
                 self.plan,
                 self.options,
                 children_ended=children,
+                journal=self.journal_json,
                 pending=[[_b64(frame) for frame in frames] for frames in self.pending],
                 parent_header=self.parent,
                 display_id=self.display_id,
@@ -318,7 +322,7 @@ class _KernelRestart:
         """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
         self.options["method"] = "exit"
         try:
-            self._write([])
+            self._write(self.children)
             _write_startup_file(self.shell)
         finally:
             message = (
@@ -352,18 +356,21 @@ def _b64(frame) -> str:
 
 
 def _write_startup_file(shell) -> Path | None:
-    """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a one-shot
-    startup file in the profile loads nb_cudaguard there (and deletes itself)."""
+    """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a startup
+    file in the profile loads nb_cudaguard there. Every kernel of the profile runs it, so it acts (and deletes
+    itself) only in the kernel that the handoff is bound to."""
     startup_dir = getattr(getattr(shell, "profile_dir", None), "startup_dir", None)
     if not startup_dir:
         return None
     path = Path(startup_dir) / _STARTUP_FILE
     path.write_text(
-        "# Written by nb_cudaguard for one restart; it deletes itself.\n"
-        "import os as _nb_cudaguard_os\n"
-        f"_nb_cudaguard_os.unlink({str(path)!r})\n"
-        "del _nb_cudaguard_os\n"
-        "get_ipython().run_line_magic('load_ext', 'nb_cudaguard')\n",
+        "# Written by nb_cudaguard for the replay after one kernel restart; that kernel deletes it.\n"
+        "try:\n"
+        "    from nb_cudaguard.resume import load_after_exit as _nb_cudaguard_load\n"
+        f"    _nb_cudaguard_load(get_ipython(), {str(path)!r})\n"
+        "    del _nb_cudaguard_load\n"
+        "except ImportError:\n"
+        "    pass\n",
         encoding="utf-8",
     )
     return path

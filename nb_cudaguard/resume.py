@@ -123,6 +123,15 @@ def resume_after_restart(shell, guard) -> None:
     _Resume(shell, guard, payload, plan).start()
 
 
+def load_after_exit(shell, startup_file: str) -> None:
+    """Run by the startup file the exit path leaves: load nb_cudaguard (which replays) only in the kernel the
+    handoff belongs to, and remove the file there."""
+    if handoff.pending(handoff.binding_for(shell)) is None:
+        return
+    os.unlink(startup_file)
+    shell.run_line_magic("load_ext", "nb_cudaguard")
+
+
 def _seconds_since_bind(kernel) -> float:
     """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
     records each thread's start (in clock ticks since boot). 0 where that cannot be read."""

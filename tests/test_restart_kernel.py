@@ -232,3 +232,50 @@ def test_restart_frees_gpu_memory_after_a_real_device_assert(kernel):
     ).stdout
     used = [int(line.split(",")[1]) for line in smi.splitlines() if line.split(",")[0].strip() == str(kernel.pid)]
     assert used and used[0] < 1024  # MiB: one fresh context, not the old 2 GiB
+
+
+def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_replays(tmp_path):
+    """Where the exec is not possible: the kernel exits, jupyter_client's restarter relaunches it from the
+    kernelspec, and a one-shot startup file in the profile loads nb_cudaguard there."""
+    import asyncio
+
+    from jupyter_client.ioloop import AsyncIOLoopKernelManager
+
+    async def scenario() -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        env.update(ENV, IPYTHONDIR=str(tmp_path))  # the startup file goes into this profile only
+        manager = AsyncIOLoopKernelManager(kernel_name="python3")
+        await manager.start_kernel(env=env)
+        manager._restarter.random_ports_until_alive = False  # keep the ports, so that this client reconnects
+        manager._restarter.time_to_dead = 0.5
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            first_pid = manager.provisioner.process.pid
+
+            async def run(code: str) -> tuple[str, str]:
+                texts: list[str] = []
+                reply = await client.execute_interactive(
+                    code, timeout=60, output_hook=lambda m: texts.append(m["content"].get("text", ""))
+                )
+                return reply["content"]["status"], "".join(texts)
+
+            restart = "import nb_cudaguard\nnb_cudaguard.restart('all', method='exit')"
+            for code in ("%load_ext nb_cudaguard", "x = 41", restart):
+                assert (await run(code))[0] == "ok"
+            for _ in range(120):
+                await asyncio.sleep(0.25)
+                if manager.provisioner.process.pid != first_pid:
+                    break
+            assert manager.provisioner.process.pid != first_pid
+            await client.wait_for_ready(timeout=60)
+            status, text = await run("print(x + 1)")
+            assert status == "ok" and text.endswith("42\n")
+            assert "exit and auto-restart by the kernel manager" in text and "replayed 1/1 cell(s)" in text
+            assert not (tmp_path / "profile_default" / "startup" / "00-nb_cudaguard-resume.py").exists()
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+
+    asyncio.run(scenario())
