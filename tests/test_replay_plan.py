@@ -164,6 +164,7 @@ def test_dry_run_in_a_real_shell(tmp_path):
     shell = InteractiveShell.instance()
     nb_cudaguard.load_ipython_extension(shell)
     try:
+        first = shell.execution_count  # the shell is shared with other tests: counts do not start at 1
         for cell in ("base = 10", "unused = [0] * 3", "def f(v):\n    return v + base", "f(undefined_here)"):
             shell.run_cell(cell, store_history=True)
         with capture_output() as out:
@@ -173,7 +174,7 @@ def test_dry_run_in_a_real_shell(tmp_path):
         assert "not needed by" in out.stdout and "unused = [0] * 3" in out.stdout
         assert "undefined_here" in out.stdout
         with capture_output() as out:
-            shell.run_cell("%cudaguard replay --dry-run --all --drop 1", store_history=True)
+            shell.run_cell(f"%cudaguard replay --dry-run --all --drop {first}", store_history=True)
         assert "(all," in out.stdout and "dropped by you" in out.stdout
     finally:
         nb_cudaguard.unload_ipython_extension(shell)
