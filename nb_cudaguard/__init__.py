@@ -22,6 +22,9 @@ def load_ipython_extension(shell) -> None:
     guard.magics = CudaGuardMagics(shell, guard)
     shell.register_magics(guard.magics)
     setattr(shell, _ATTRIBUTE, guard)
+    from .resume import resume_after_restart
+
+    resume_after_restart(shell, guard)  # after an in-place restart: carry the journal over and replay
 
 
 def unload_ipython_extension(shell) -> None:
@@ -45,3 +48,13 @@ def get_guard(shell=None):
 
         shell = get_ipython()
     return getattr(shell, _ATTRIBUTE, None) if shell is not None else None
+
+
+def restart(replay: str = "minimal", diagnose: bool = False, cells=None, **options):
+    """Restart the kernel in place (same PID and ports) and replay what the failing cell needs.
+
+    See ``nb_cudaguard.restart.restart`` for the options; the restart happens just after the calling cell ends.
+    """
+    from .restart import restart as _restart
+
+    return _restart(replay=replay, diagnose=diagnose, cells=cells, **options)

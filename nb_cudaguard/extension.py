@@ -84,6 +84,8 @@ class CudaGuard(Configurable):
             return
         self._current = None
         record.duration = time.perf_counter() - self._started
+        if getattr(result, "execution_count", None) is not None:  # IPython 9 counts before pre_run_cell
+            record.execution_count = result.execution_count
         error = result.error_in_exec or result.error_before_exec
         if error is None:
             record.status = "ok"

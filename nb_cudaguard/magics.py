@@ -30,7 +30,25 @@ def _build_parser() -> _Parser:
     sub.add_parser("demo", help="watch a simulated device-side assert in a separate, throw-away kernel")
     simulate = sub.add_parser("simulate", help="fault injection: simulate a GPU on this CPU-only kernel")
     simulate.add_argument("state", choices=["on", "off"])
+    _add_restart_commands(sub)
     return parser
+
+
+def _add_restart_commands(sub) -> None:
+    def cell_edits(command) -> None:
+        command.add_argument("--add", type=int, nargs="+", default=[], metavar="N", help="also replay cells [N]")
+        command.add_argument("--drop", type=int, nargs="+", default=[], metavar="N", help="do not replay cells [N]")
+        command.add_argument("--cells", type=int, nargs="+", metavar="N", help="replay exactly these cells")
+
+    restart = sub.add_parser("restart", help="restart the kernel in place and replay what the failing cell needs")
+    restart.add_argument("--replay", choices=["minimal", "all", "none"], default="minimal")
+    restart.add_argument("--diagnose", action="store_true", help="re-run the failing cell under %%%%cudacheck after")
+    cell_edits(restart)
+    replay = sub.add_parser("replay", help="show the replay plan (--dry-run) or the last replay's report")
+    replay.add_argument("--dry-run", action="store_true", help="print the plan without running anything")
+    replay.add_argument("--all", action="store_true", help="every successful cell instead of the minimal plan")
+    replay.add_argument("--report", action="store_true", help="the report of the replay after the last restart")
+    cell_edits(replay)
 
 
 @magics_class
@@ -75,3 +93,18 @@ class CudaGuardMagics(Magics):
         else:
             testing.disable()
             print("nb_cudaguard: simulated GPU off.")
+
+    def _cmd_restart(self, args) -> None:
+        from .restart import restart
+
+        restart(args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop, shell=self.shell)
+
+    def _cmd_replay(self, args) -> None:
+        if args.report:
+            outcome = getattr(self.guard, "last_replay", None)
+            print(outcome.to_text() if outcome is not None else "nb_cudaguard: no restart has replayed cells yet.")
+            return
+        from .replay_plan import build_plan
+
+        mode = "all" if args.all else "minimal"
+        print(build_plan(self.guard.journal, mode, add=args.add, drop=args.drop, cells=args.cells).to_text())

@@ -1,0 +1,180 @@
+"""The handoff: what the old kernel process passes to the new one across the restart (plan, journal, options,
+requests that arrived meanwhile).
+
+An exec keeps the PID and the environment and nothing else, so the handoff is a file. The new process *runs* what
+is in it (the plan's cells, the pending requests), so the file is treated like code:
+
+* it lives in a private directory (mode 0700, owned by us, not a symlink) and is itself mode 0600, written to a
+  temporary name and renamed into place, so that it is never seen half-written;
+* it is bound to this kernel: its name comes from the kernel's connection file, its body names that file, and it
+  carries an HMAC-SHA256 made with the connection file's key (the secret the kernel already shares with its
+  frontends). Terminal IPython, or a kernel without a key, uses a per-process secret passed to the new image in
+  the environment. A file that fails any check is refused with a message saying why, moved aside, and nothing in
+  it runs;
+* it is read once: the new process consumes (deletes) it, so a later start never replays it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = 1
+ENV_PATH = "NB_CUDAGUARD_HANDOFF"
+ENV_SECRET = "NB_CUDAGUARD_SECRET"
+_MAX_BYTES = 512 * 1024 * 1024
+
+
+class HandoffError(Exception):
+    """A handoff that was refused: nothing in it was executed."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Which process a handoff belongs to: a kernel (by connection file) or a terminal IPython (by PID)."""
+
+    kind: str  # "kernel" | "terminal"
+    ident: str  # the connection file's absolute path, or the PID
+    key: bytes
+
+    @property
+    def slug(self) -> str:
+        return hashlib.sha256(f"{self.kind}:{self.ident}".encode()).hexdigest()[:24]
+
+    @property
+    def description(self) -> str:
+        return f"connection file {self.ident}" if self.kind == "kernel" else f"terminal IPython, PID {self.ident}"
+
+
+def _process_secret(create: bool) -> bytes:
+    """A secret that survives the exec (it is in the environment) and that no other kernel knows."""
+    value = os.environ.get(ENV_SECRET)
+    if value is None and create:
+        value = secrets.token_hex(32)
+        os.environ[ENV_SECRET] = value
+    return value.encode() if value else b""
+
+
+def binding_for(shell, create_secret: bool = False) -> Binding:
+    """This process's binding: the kernel's connection file and key, or the terminal's PID and secret."""
+    kernel = getattr(shell, "kernel", None)
+    session = getattr(kernel, "session", None)
+    if session is not None:
+        from ipykernel.kernelapp import IPKernelApp
+
+        if IPKernelApp.initialized():
+            connection_file = os.path.abspath(IPKernelApp.instance().abs_connection_file)
+            key = bytes(session.key or b"")
+            return Binding("kernel", connection_file, key or _process_secret(create_secret))
+    return Binding("terminal", str(os.getpid()), _process_secret(create_secret))
+
+
+def private_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/nb_cudaguard`` (or the temp dir's ``nb_cudaguard-<uid>``), created 0700 and checked."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid():
+        path = Path(runtime) / "nb_cudaguard"
+    else:
+        path = Path(tempfile.gettempdir()) / f"nb_cudaguard-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise HandoffError(
+            f"nb_cudaguard: {path} is not a private directory of this user (owner {info.st_uid}, "
+            f"mode {oct(info.st_mode & 0o777)}); no handoff is written or read there."
+        )
+    return path
+
+
+def path_for(binding: Binding) -> Path:
+    return private_dir() / f"handoff-{binding.slug}.json"
+
+
+def _mac(key: bytes, body: str) -> str:
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def write(binding: Binding, payload: dict) -> Path:
+    """Write atomically (temporary file, fsync, rename) and return the path."""
+    if not binding.key:
+        raise HandoffError("nb_cudaguard: no key to sign the handoff with; the restart was not started.")
+    body = json.dumps(
+        {"format": FORMAT, "kind": binding.kind, "ident": binding.ident, "written": time.time(), "payload": payload},
+        sort_keys=True,
+    )
+    document = json.dumps({"mac": _mac(binding.key, body), "body": body})
+    target = path_for(binding)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(document)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def pending(binding: Binding) -> Path | None:
+    """The handoff waiting for this process, if any (cheap: one ``stat``)."""
+    try:
+        path = path_for(binding)
+    except (HandoffError, OSError):
+        return None
+    return path if os.path.lexists(path) else None
+
+
+def _refuse(path: Path, reason: str) -> HandoffError:
+    aside = path.with_name(path.name + ".refused")
+    try:
+        os.replace(path, aside)
+        where = f" It was moved to {aside}."
+    except OSError:
+        where = ""
+    return HandoffError(f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}")
+
+
+def consume(binding: Binding, path: Path | None = None) -> dict:
+    """Read, check and delete the handoff; return its payload. Raises ``HandoffError`` if it is refused."""
+    path = path if path is not None else path_for(binding)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HandoffError(f"nb_cudaguard: cannot open the restart handoff {path} ({exc}); nothing was run.") from exc
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise _refuse(
+                path, f"it is not a private file of this user (owner {info.st_uid}, mode {oct(info.st_mode & 0o777)})"
+            )
+        if info.st_size > _MAX_BYTES:
+            raise _refuse(path, f"it is too large ({info.st_size} bytes)")
+        raw = handle.read()
+    try:
+        document = json.loads(raw)
+        body, mac = document["body"], document["mac"]
+    except (ValueError, KeyError, TypeError):
+        raise _refuse(path, "it is not a handoff file (unreadable JSON)")
+    if not binding.key or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(binding.key, body)):
+        raise _refuse(path, "it was not written by this kernel, or it was changed after it was written")
+    data = json.loads(body)
+    if data.get("kind") != binding.kind or data.get("ident") != binding.ident:
+        raise _refuse(path, f"it belongs to {data.get('kind')} {data.get('ident')}, not to this {binding.description}")
+    if data.get("format") != FORMAT:
+        raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}")
+    path.unlink(missing_ok=True)
+    return data["payload"]

@@ -1,0 +1,111 @@
+"""Replace this process with a fresh image of itself: same PID, same argv, nothing of the old state.
+
+What must happen before the ``exec`` so that the new image starts clean and the GPU is really released:
+
+* child processes end first: a DataLoader worker forked after CUDA started holds the driver's files, and the
+  driver frees a context's memory only when the last of them is closed;
+* every inherited file descriptor above 2 is marked close-on-exec: Python's own are already, but the CUDA driver
+  opens ``/dev/nvidiactl`` without ``O_CLOEXEC``, and a descriptor that survives keeps the context alive;
+* fds 1 and 2 are given back their original files: under ipykernel they are the write ends of pipes whose reader
+  thread dies with the exec, and the new image would block once such a pipe filled up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+EXT_ARG = "--ext=nb_cudaguard"
+_GRACE_SECONDS = 2.0
+
+
+def _holds_gpu(pid: int) -> bool:
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link.startswith("/dev/nvidia") for link in links)
+
+
+def end_children(grace: float = _GRACE_SECONDS) -> list[str]:
+    """End this process's children in its process group (as ipykernel's shutdown does) and any other descendant
+    that holds a GPU device file: SIGTERM, then SIGKILL after ``grace`` seconds. Returns what was ended."""
+    try:
+        import psutil
+    except ImportError:  # ipykernel depends on psutil; without it we cannot find the children reliably
+        return []
+    group = os.getpgrp()
+    targets = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(child.pid) == group or _holds_gpu(child.pid):
+                targets.append(child)
+        except (OSError, psutil.Error):
+            continue
+    described = []
+    for child in targets:
+        try:
+            described.append(f"{child.pid} ({' '.join(child.cmdline()[:3]) or child.name()})")
+            child.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(targets, timeout=grace)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    return described
+
+
+def restore_std_fds() -> None:
+    """Put the original files back on fds 1 and 2 (ipykernel points them at its capture pipes)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if getattr(stream, "_should_watch", False) and hasattr(stream, "close"):
+            stream.flush()
+            stream.close()  # ipykernel's OutStream: drains the pipe, then dup2s the original back
+        elif getattr(stream, "_original_stdstream_copy", None) is not None:
+            os.dup2(stream._original_stdstream_copy, stream._original_stdstream_fd)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
+def mark_fds_cloexec() -> int:
+    """Every descriptor above 2 becomes close-on-exec. Returns how many were inheritable before."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        import resource
+
+        fds = list(range(3, min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 65536)))
+    changed = 0
+    for fd in fds:
+        if fd <= 2:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                changed += 1
+        except OSError:  # closed meanwhile (the listing's own fd)
+            continue
+    return changed
+
+
+def exec_argv() -> list[str]:
+    """The command line this interpreter was started with, plus the option that loads nb_cudaguard."""
+    original = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    return [sys.executable, *(arg for arg in original[1:] if arg != EXT_ARG), EXT_ARG]
+
+
+def exec_self(argv: list[str]) -> None:
+    """Replace the process image; returns only by raising ``OSError``."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os.environ["NB_CUDAGUARD_EXEC_AT"] = repr(time.time())
+    os.execv(argv[0], argv)

@@ -1,0 +1,364 @@
+"""``nb_cudaguard.restart()``: restart the kernel in place (same PID, connection file and ports) and rebuild the
+session in the new process.
+
+A device-side assert poisons the CUDA context until the process ends, so recovery needs a new process. Asking the
+frontend for a restart needs frontend code (and each frontend differs); killing the process shows a crash dialog.
+An ``exec`` of the kernel's own command line keeps the PID, which is all a kernel manager watches, so no frontend
+notices anything but a short pause. In order:
+
+1. the request that asked for the restart is answered first: the exec is scheduled on the kernel's event loop and
+   waits until the reply and the ``idle`` status of that request have gone out;
+2. shell requests that arrive meanwhile are not run: they are kept, with their signatures, and so are those still
+   waiting in the shell socket when it stops being read; they go into the handoff and the new process runs them
+   after the replay, in their original order, replying to their original client;
+3. children end, the handoff (plan, journal, options, requests) is written, the channels are flushed and closed,
+   fds 1/2 are restored, every other fd becomes close-on-exec, and the process execs itself with
+   ``--ext=nb_cudaguard``;
+4. if the exec fails, the process exits instead: a kernel manager with auto-restart (jupyter_server) brings the
+   kernel back, a one-shot startup file loads nb_cudaguard there, and the replay happens as after an exec.
+
+Terminal IPython has no requests to keep: the exec happens at once, from inside the cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import handoff, reexec
+from .replay_plan import MODES, ReplayPlan, build_plan
+
+RESTART_STATUS = "restart"
+_SETTLE_SECONDS = 0.03
+_SETTLE_LIMIT = 0.5
+_CLOSE_TIMEOUT = 3.0
+_STARTUP_FILE = "00-nb_cudaguard-resume.py"
+
+
+class RestartError(RuntimeError):
+    """The restart could not start; the session is unchanged."""
+
+
+def restart(
+    replay: str = "minimal",
+    diagnose: bool = False,
+    cells: Iterable[int] | None = None,
+    add: Iterable[int] = (),
+    drop: Iterable[int] = (),
+    *,
+    method: str = "exec",
+    shell=None,
+) -> ReplayPlan:
+    """Restart this kernel in place and replay the recorded cells the failing cell needs.
+
+    ``replay``: "minimal" (cells that rebuild what the failing cell reads), "all" (every successful cell) or
+    "none". ``cells``/``add``/``drop``: execution counts that replace or edit that plan. ``diagnose``: after the
+    replay, run the failing cell again under ``%%cudacheck``. ``method="exit"`` skips the exec and lets the kernel
+    manager's auto-restart bring the kernel back (for platforms without exec). Returns the plan; the restart itself
+    happens just after the calling cell has finished.
+    """
+    from . import get_guard, load_ipython_extension
+
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        raise RestartError("nb_cudaguard.restart() runs inside IPython or a Jupyter kernel.")
+    if replay not in MODES:
+        raise RestartError(f"replay must be one of {', '.join(MODES)}, not {replay!r}")
+    if method not in ("exec", "exit"):
+        raise RestartError(f"method must be 'exec' or 'exit', not {method!r}")
+    load_ipython_extension(shell)
+    guard = get_guard(shell)
+    if getattr(guard, "restarting", False):
+        raise RestartError("nb_cudaguard: a restart is already under way.")
+    plan = build_plan(guard.journal, replay, add=add, drop=drop, cells=list(cells) if cells is not None else None)
+    options = {"replay": replay, "diagnose": bool(diagnose), "method": method}
+    if getattr(getattr(shell, "kernel", None), "session", None) is not None:
+        _KernelRestart(shell, guard, plan, options).arm()
+    elif type(shell).__name__ == "TerminalInteractiveShell":
+        _restart_terminal(shell, guard, plan, options)
+    else:
+        kind = type(shell).__name__
+        raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
+    return plan
+
+
+def _payload(shell, guard, plan: ReplayPlan, options: dict, **extra) -> dict:
+    return {
+        "plan": plan.to_dict(),
+        "journal": guard.journal.to_json(),
+        "options": options,
+        "pid": os.getpid(),
+        "execution_count": shell.execution_count,
+        "restarts": getattr(guard, "restarts", 0) + 1,
+        "requested_at": time.time(),
+        **extra,
+    }
+
+
+def _announce(plan: ReplayPlan, how: str) -> str:
+    if plan.steps:
+        what = f"then replaying {len(plan.steps)} cell(s) ({plan.mode}, {plan.recorded_seconds:.1f} s as recorded)"
+    else:
+        what = "with no replay"
+    return f"nb_cudaguard: restarting {how} in place (PID {os.getpid()}), {what}."
+
+
+def _mark_restart_cell(record) -> None:
+    """The cell that asked for the restart must never be replayed (it would restart again)."""
+    if record is not None:
+        record.status = RESTART_STATUS
+
+
+def _restart_terminal(shell, guard, plan: ReplayPlan, options: dict) -> None:
+    _mark_restart_cell(getattr(guard, "_current", None))
+    binding = handoff.binding_for(shell, create_secret=True)
+    children = reexec.end_children()
+    path = handoff.write(binding, _payload(shell, guard, plan, options, children_ended=children, how="exec"))
+    print(_announce(plan, "IPython"), flush=True)
+    try:
+        shell.history_manager.end_session()
+    except Exception:
+        pass
+    guard.unregister()
+    os.environ[handoff.ENV_PATH] = str(path)
+    reexec.mark_fds_cloexec()
+    try:
+        reexec.exec_self(reexec.exec_argv())
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        os.environ.pop(handoff.ENV_PATH, None)
+        guard.register()
+        raise RestartError(f"nb_cudaguard: the exec failed ({exc}); this IPython keeps running unchanged.") from exc
+
+
+class _KernelRestart:
+    """One restart of an ipykernel kernel, from the cell that asks for it to the exec."""
+
+    def __init__(self, shell, guard, plan: ReplayPlan, options: dict) -> None:
+        self.shell = shell
+        self.guard = guard
+        self.kernel = shell.kernel
+        self.plan = plan
+        self.options = options
+        self.pending: list[list[bytes]] = []
+        self.record = getattr(guard, "_current", None)
+        self._handlers: dict | None = None
+        self.binding = handoff.binding_for(shell, create_secret=True)
+
+    # --- in the cell
+    def arm(self) -> None:
+        from IPython.display import display
+
+        parent = self._parent_header()
+        self.display_id = f"nb_cudaguard-restart-{os.getpid()}-{time.monotonic_ns()}"
+        display({"text/plain": _announce(self.plan, "the kernel")}, raw=True, display_id=self.display_id)
+        self.parent = parent
+        self.guard.restarting = True
+        self._capture_requests()
+        self.kernel.io_loop.add_callback(self._finish)
+
+    def _parent_header(self) -> dict:
+        getter = getattr(self.kernel, "get_parent", None)
+        try:
+            parent = getter("shell") if getter is not None else self.kernel._parent_header
+        except TypeError:  # ipykernel 6: get_parent() takes no channel
+            parent = getter()
+        header = parent.get("header", {}) if isinstance(parent, dict) else {}
+        return json.loads(json.dumps(header, default=str))  # its date is a datetime
+
+    def _capture_requests(self) -> None:
+        """From now on, shell requests are kept, still signed, for the new process instead of being run here.
+
+        ipykernel 7 looks ``dispatch_shell`` up on the instance for every request, so it is replaced there: the
+        kept request is never deserialised, and no ``busy``/``idle`` goes out for it (an early ``idle`` would
+        make a frontend stop listening for the request's output). ipykernel 6 binds it at start, so there the
+        handlers are replaced instead.
+        """
+        kernel = self.kernel
+
+        if hasattr(kernel, "shell_main"):
+
+            async def keep_raw(msg, /, subshell_id=None, *, concurrent=False):
+                if len(msg) > 1:  # a single frame is ipykernel's internal "stop aborting" marker
+                    self.pending.append([bytes(getattr(frame, "bytes", frame)) for frame in msg])
+
+            kernel.dispatch_shell = keep_raw
+            return
+        self._handlers = dict(kernel.shell_handlers)
+
+        def keep(stream, idents, msg):
+            self.pending.append(kernel.session.serialize(msg, ident=idents))
+
+        for name in self._handlers:
+            kernel.shell_handlers[name] = keep
+
+    def _release_requests(self) -> None:
+        self.kernel.__dict__.pop("dispatch_shell", None)
+        if self._handlers is not None:
+            self.kernel.shell_handlers.update(self._handlers)
+
+    # --- on the event loop, after the reply
+    async def _finish(self) -> None:
+        stage = "preparing"
+        try:
+            await self._after_restart_request()
+            children = await asyncio.get_running_loop().run_in_executor(None, reexec.end_children)
+            _mark_restart_cell(self.record)
+            self._write(children)  # early, so that a handoff we cannot write stops us before anything is closed
+            stage = "closing the channels"
+            await self._stop_reading_requests()
+            path = self._write(children)
+            os.environ[handoff.ENV_PATH] = str(path)
+            self.guard.unregister()
+            reexec.restore_std_fds()
+            self._close_channels()
+            stage = "exec"
+            if self.options["method"] == "exit":
+                raise OSError("the exit path was asked for")
+            reexec.mark_fds_cloexec()
+            reexec.exec_self(reexec.exec_argv())
+        except BaseException as exc:
+            if stage == "preparing":
+                await self._abort(exc)
+            else:
+                self._exit_for_autorestart(exc, stage)
+
+    async def _after_restart_request(self) -> None:
+        lock = getattr(self.kernel, "_main_asyncio_lock", None)
+        if lock is not None:
+            async with lock:  # held by the restart request until its reply and idle are sent
+                pass
+        await self._settle()
+
+    async def _settle(self) -> None:
+        """Let requests already inside the process reach the capture, until none arrives for a moment."""
+        deadline = time.monotonic() + _SETTLE_LIMIT
+        seen = -1
+        while len(self.pending) != seen and time.monotonic() < deadline:
+            seen = len(self.pending)
+            await asyncio.sleep(_SETTLE_SECONDS)
+
+    async def _stop_reading_requests(self) -> None:
+        """Stop the shell socket's reader, keep what is still queued in it, and stop the shell channel thread."""
+        kernel = self.kernel
+        thread = getattr(kernel, "shell_channel_thread", None)
+        stream = getattr(thread, "shell_stream", None) or kernel.shell_stream
+        if thread is not None:
+            stopped = threading.Event()
+
+            def stop_reading() -> None:
+                stream.stop_on_recv()
+                stopped.set()
+
+            thread.io_loop.add_callback(stop_reading)
+            while not stopped.is_set():
+                await asyncio.sleep(0.002)
+            await self._settle()  # requests already forwarded to the main thread reach the capture
+            thread.stop()
+            thread.join(timeout=_CLOSE_TIMEOUT)
+        else:
+            stream.stop_on_recv()
+            await self._settle()
+        self.pending += _drain(stream.socket)
+
+    def _write(self, children: list[str]) -> Path:
+        return handoff.write(
+            self.binding,
+            _payload(
+                self.shell,
+                self.guard,
+                self.plan,
+                self.options,
+                children_ended=children,
+                pending=[[_b64(frame) for frame in frames] for frames in self.pending],
+                parent_header=self.parent,
+                display_id=self.display_id,
+                how=self.options["method"],
+            ),
+        )
+
+    def _close_channels(self) -> None:
+        """ipykernel's own orderly close (flushes iopub and the replies), bounded in time."""
+        from ipykernel.kernelapp import IPKernelApp
+
+        app = IPKernelApp.instance()
+        closer = threading.Thread(target=app.close, name="nb_cudaguard-close", daemon=True)
+        closer.start()
+        closer.join(_CLOSE_TIMEOUT)
+
+    async def _abort(self, exc: BaseException) -> None:
+        """Nothing is closed yet: run the kept requests here after all and carry on in this process."""
+        import zmq
+        from jupyter_client.session import DELIM
+
+        self._release_requests()
+        self.guard.restarting = False
+        self.guard.restart_failure = f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc})."
+        self.kernel.log.error(self.guard.restart_failure)
+        kept, self.pending = self.pending, []
+        for frames in kept:
+            # ipykernel 6's capture deserialised the request once, which would now count as a replay
+            self.kernel.session.digest_history.discard(frames[frames.index(DELIM) + 1])
+            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in frames])
+
+    def _exit_for_autorestart(self, exc: BaseException, stage: str) -> None:
+        """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
+        self.options["method"] = "exit"
+        try:
+            self._write([])
+            _write_startup_file(self.shell)
+        finally:
+            message = (
+                f"nb_cudaguard: the in-place restart stopped at '{stage}' ({type(exc).__name__}: {exc}); "
+                "exiting so that the kernel manager restarts the kernel. The replay runs when nb_cudaguard "
+                "loads there."
+            )
+            try:
+                os.write(2, (message + "\n").encode())
+            finally:
+                os._exit(1)
+
+
+def _drain(socket) -> list[list[bytes]]:
+    import zmq
+
+    kept = []
+    while True:
+        try:
+            kept.append(socket.recv_multipart(zmq.NOBLOCK))
+        except zmq.Again:
+            return kept
+        except zmq.ZMQError:
+            return kept
+
+
+def _b64(frame) -> str:
+    import base64
+
+    return base64.b64encode(bytes(frame)).decode("ascii")
+
+
+def _write_startup_file(shell) -> Path | None:
+    """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a one-shot
+    startup file in the profile loads nb_cudaguard there (and deletes itself)."""
+    startup_dir = getattr(getattr(shell, "profile_dir", None), "startup_dir", None)
+    if not startup_dir:
+        return None
+    path = Path(startup_dir) / _STARTUP_FILE
+    path.write_text(
+        "# Written by nb_cudaguard for one restart; it deletes itself.\n"
+        "import os as _nb_cudaguard_os\n"
+        f"_nb_cudaguard_os.unlink({str(path)!r})\n"
+        "del _nb_cudaguard_os\n"
+        "get_ipython().run_line_magic('load_ext', 'nb_cudaguard')\n",
+        encoding="utf-8",
+    )
+    return path

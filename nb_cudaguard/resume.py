@@ -1,0 +1,331 @@
+"""The new process's side of a restart: take the handoff, carry the journal over, replay, then run the requests
+that arrived during the restart, and tell the user at their next cell.
+
+In a kernel the replay runs as the first thing on the event loop and holds the shell's lock, so every request that
+comes in meanwhile waits behind it (a cell run now simply waits for the replay) and runs afterwards, in order.
+Output of replayed cells is captured, not shown: the user sees a progress line, a one-line summary at the next
+cell, and the full report (what ran, what failed, what state exists) when a cell fails or on
+``%cudaguard replay --report``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from . import handoff
+from .recorder import CellRecord, Journal
+from .replay_plan import ReplayPlan
+
+# Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
+# dropped by the ROUTER socket: requests from the restart window are answered once a client has subscribed to
+# iopub again, or at the latest this long after nb_cudaguard loaded (the sockets were bound before that).
+_CLIENT_WAIT = 0.3
+_OUTPUT_TAIL = 2000
+
+
+@dataclass
+class ReplayOutcome:
+    plan: ReplayPlan
+    how: str
+    pid: int
+    restarts: int
+    ran: list[tuple[CellRecord, float]] = field(default_factory=list)
+    failed: CellRecord | None = None
+    error: str | None = None
+    output: str = ""
+    seconds: float = 0.0
+    served: int = 0
+    diagnosis: str | None = None
+    names: list[str] = field(default_factory=list)
+    done: bool = False
+    children_ended: list[str] = field(default_factory=list)
+
+    @property
+    def not_run(self) -> list[CellRecord]:
+        ran = {record.seq for record, _ in self.ran}
+        failed = self.failed.seq if self.failed is not None else None
+        return [r for r in self.plan.records if r.seq not in ran and r.seq != failed]
+
+    def summary(self) -> str:
+        how = "exec, same PID" if self.how == "exec" else "exit and auto-restart by the kernel manager"
+        parts = [
+            f"nb_cudaguard: restarted ({how}, PID {self.pid})",
+            f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
+            f"{1 if self.failed is not None else 0} failure(s)",
+        ]
+        if self.failed is not None:
+            parts.append(f"stopped at {self.failed.label}: {self.error}")
+        if self.served:
+            parts.append(f"{self.served} request(s) from the restart window run")
+        if self.diagnosis:
+            parts.append(f"diagnosis: {self.diagnosis.splitlines()[0][:160]}")
+        return " · ".join(parts)
+
+    def to_text(self) -> str:
+        lines = [self.summary(), "Ran:"]
+        lines += [f"  {r.label:>6} {s:8.2f} s  {r.first_line[:60]}" for r, s in self.ran] or ["  (nothing)"]
+        if self.failed is not None:
+            lines += [f"Failed: {self.failed.label} {self.failed.first_line[:60]}", f"  {self.error}"]
+            if self.output.strip():
+                lines += ["  Its output (end):", *("    " + line for line in self.output.strip().splitlines()[-15:])]
+        if self.not_run:
+            lines.append("Not run: " + ", ".join(r.label for r in self.not_run))
+        if self.plan.excluded:
+            lines.append("Left out by the plan: " + ", ".join(s.record.label for s in self.plan.excluded))
+        lines.append("Names that exist now: " + (", ".join(self.names) if self.names else "(none)"))
+        if self.children_ended:
+            lines.append("Child processes ended before the restart: " + ", ".join(self.children_ended))
+        if self.diagnosis:
+            lines.append("Diagnosis (the failing cell under %%cudacheck):")
+            lines += ["  " + line for line in self.diagnosis.splitlines()]
+        return "\n".join(lines)
+
+
+def resume_after_restart(shell, guard) -> None:
+    """Called whenever the extension loads: if a handoff waits for this process, take it and rebuild."""
+    binding = handoff.binding_for(shell)
+    announced = os.environ.pop(handoff.ENV_PATH, None)
+    os.environ.pop("NB_CUDAGUARD_EXEC_AT", None)
+    path = handoff.pending(binding)
+    if path is None:
+        if announced:
+            guard.restart_failure = f"nb_cudaguard: the restart handoff {announced} is missing; nothing was replayed."
+        return
+    try:
+        payload = handoff.consume(binding, path)
+    except handoff.HandoffError as exc:
+        guard.restart_failure = str(exc)
+        _log(shell, str(exc))
+        _show_once(shell, lambda: guard.restart_failure)
+        return
+    finally:
+        os.environ.pop(handoff.ENV_SECRET, None)
+    journal = Journal.from_json(payload["journal"], guard.journal_max_cells, guard.journal_max_bytes)
+    guard.journal = journal
+    guard.restarts = int(payload.get("restarts", 1))
+    if payload.get("execution_count"):
+        shell.execution_count = int(payload["execution_count"])
+    plan = ReplayPlan.from_dict(payload["plan"], journal)
+    _Resume(shell, guard, payload, plan).start()
+
+
+def _log(shell, text: str) -> None:
+    log = getattr(getattr(shell, "kernel", None), "log", None)
+    if log is not None:
+        log.warning(text)
+    else:
+        print(text, flush=True)
+
+
+def _show_once(shell, message) -> None:
+    """Print ``message()`` at the start of the user's next cell, once."""
+
+    def show(*_args) -> None:
+        shell.events.unregister("pre_run_cell", show)
+        text = message()
+        if text:
+            print(text, flush=True)
+
+    shell.events.register("pre_run_cell", show)
+
+
+class _Resume:
+    def __init__(self, shell, guard, payload: dict, plan: ReplayPlan) -> None:
+        self.shell = shell
+        self.guard = guard
+        self.payload = payload
+        self.kernel = getattr(shell, "kernel", None)
+        self.options = payload.get("options", {})
+        self.outcome = ReplayOutcome(
+            plan,
+            how=payload.get("how", "exec"),
+            pid=os.getpid(),
+            restarts=guard.restarts,
+            children_ended=list(payload.get("children_ended", [])),
+        )
+        guard.last_replay = self.outcome
+        self.pending = [[base64.b64decode(f) for f in frames] for frames in payload.get("pending", [])]
+        self._clients_back = threading.Event()
+        self._loaded_at = time.monotonic()
+        self._watch_for_clients()
+
+    def start(self) -> None:
+        _show_once(self.shell, self._next_cell_text)
+        if self.kernel is not None:
+            from tornado.ioloop import IOLoop
+
+            IOLoop.current().add_callback(self.run_async)
+        else:
+            self.run_sync()
+
+    def _next_cell_text(self) -> str:
+        text = self.outcome.summary()
+        if self.outcome.failed is not None:
+            text += "\n" + self.outcome.to_text().split("\n", 1)[1] + "\n(%cudaguard replay --report shows this again)"
+        return text
+
+    # --- drivers
+    async def run_async(self) -> None:
+        lock = getattr(self.kernel, "_main_asyncio_lock", None)
+        async with lock if lock is not None else contextlib.nullcontext():
+            started = time.perf_counter()
+            for index, step in enumerate(self.outcome.plan.steps, 1):
+                self._progress(index, step.record)
+                result, output, seconds = await self._run_async(step.record.source)
+                if not self._record(step.record, result, output, seconds):
+                    break
+            self._finish_replay(started)
+            if self._should_diagnose():
+                self.outcome.diagnosis = self._diagnose()
+            self.outcome.done = True
+            self._progress_done()
+            await self._serve_pending()
+
+    def run_sync(self) -> None:
+        started = time.perf_counter()
+        for index, step in enumerate(self.outcome.plan.steps, 1):
+            self._progress(index, step.record)
+            begun = time.perf_counter()
+            with _captured() as output:
+                result = self.shell.run_cell(step.record.source, silent=True)
+            if not self._record(step.record, result, output.text(), time.perf_counter() - begun):
+                break
+        self._finish_replay(started)
+        if self._should_diagnose():
+            self.outcome.diagnosis = self._diagnose()
+        self.outcome.done = True
+        self._progress_done()
+
+    async def _run_async(self, source: str):
+        shell = self.shell
+        try:
+            transformed, error = shell.transform_cell(source), None
+        except Exception:
+            transformed, error = source, sys.exc_info()
+        begun = time.perf_counter()
+        with _captured() as output:
+            if error is None and not shell.should_run_async(source, transformed_cell=transformed):
+                result = shell.run_cell(source, silent=True)
+            else:
+                result = await shell.run_cell_async(
+                    source, silent=True, transformed_cell=transformed, preprocessing_exc_tuple=error
+                )
+        return result, output.text(), time.perf_counter() - begun
+
+    # --- bookkeeping
+    def _record(self, record: CellRecord, result, output: str, seconds: float) -> bool:
+        error = result.error_before_exec or result.error_in_exec
+        if error is None:
+            self.outcome.ran.append((record, seconds))
+            return True
+        self.outcome.failed = record
+        self.outcome.error = "".join(traceback.format_exception_only(type(error), error)).strip()
+        self.outcome.output = output[-_OUTPUT_TAIL:]
+        return False
+
+    def _finish_replay(self, started: float) -> None:
+        self.outcome.seconds = time.perf_counter() - started
+        self.outcome.names = sorted(
+            name
+            for name in self.shell.user_ns
+            if not name.startswith("_") and name not in self.shell.user_ns_hidden and name not in ("In", "Out")
+        )
+
+    def _should_diagnose(self) -> bool:
+        return bool(self.options.get("diagnose")) and self.outcome.failed is None and self.outcome.plan.target
+
+    def _diagnose(self) -> str:
+        """Run the failing cell again under ``%%cudacheck``, which checks the inputs of assert-prone ops before
+        they launch, so it names the bad values instead of poisoning the GPU again."""
+        try:
+            import nb_cudaguard.guard  # noqa: F401  (the %%cudacheck checks; a separate part of the package)
+        except ImportError:
+            return "skipped: the %%cudacheck checks (nb_cudaguard.guard) are not part of this installation"
+        source = self.outcome.plan.target.source
+        with _captured() as output:
+            result = self.shell.run_cell("%%cudacheck\n" + source, silent=True)
+        error = result.error_before_exec or result.error_in_exec
+        if error is None:
+            return "the failing cell ran without a failure under %%cudacheck" + _tail(output.text())
+        return "".join(traceback.format_exception_only(type(error), error)).strip()
+
+    # --- what the user sees while it runs
+    def _progress(self, index: int, record: CellRecord) -> None:
+        total = len(self.outcome.plan.steps)
+        self._publish(
+            f"nb_cudaguard: replaying {index}/{total}: {record.label} {record.first_line[:60]} "
+            f"({record.duration:.2f} s as recorded)"
+        )
+
+    def _progress_done(self) -> None:
+        self._publish(self.outcome.summary())
+
+    def _publish(self, text: str) -> None:
+        if self.kernel is None:
+            print(text, flush=True)
+            return
+        self.kernel.log.info(text)
+        display_id = self.payload.get("display_id")
+        if display_id is None:
+            return
+        content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": display_id}}
+        parent = {"header": self.payload.get("parent_header") or {}}
+        topic = self.kernel._topic("update_display_data") if hasattr(self.kernel, "_topic") else None
+        self.kernel.session.send(self.kernel.iopub_socket, "update_display_data", content, parent, ident=topic)
+
+    # --- requests that arrived during the restart
+    def _watch_for_clients(self) -> None:
+        """A client that subscribes to iopub again is back; replies sent before that would be dropped."""
+        iopub = getattr(self.kernel, "iopub_thread", None)
+        welcome = getattr(iopub, "_send_welcome_message", None)
+        if welcome is None:
+            return
+        back = self._clients_back
+
+        def send_welcome(subscription, _inner=welcome):
+            back.set()
+            return _inner(subscription)
+
+        iopub._send_welcome_message = send_welcome
+
+    async def _serve_pending(self) -> None:
+        if not self.pending:
+            return
+        while not self._clients_back.is_set() and time.monotonic() - self._loaded_at < _CLIENT_WAIT:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
+        import zmq
+
+        for frames in self.pending:
+            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in frames])
+            self.outcome.served += 1
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return f"\n{text[-_OUTPUT_TAIL:]}" if text else ""
+
+
+class _Buffer:
+    def __init__(self, capture) -> None:
+        self.capture = capture
+
+    def text(self) -> str:
+        return self.capture.stdout + self.capture.stderr
+
+
+@contextlib.contextmanager
+def _captured():
+    """The replayed cells' Python-level output and displays, kept for the report instead of being shown."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as capture:
+        yield _Buffer(capture)
