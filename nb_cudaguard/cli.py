@@ -23,8 +23,15 @@ def cmd_explain(args) -> int:
     except OSError as exc:
         print(f"nb-cudaguard: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    code = None
+    if args.code:
+        try:
+            code = _read(args.code)
+        except OSError as exc:
+            print(f"nb-cudaguard: cannot read {args.code}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     incident = incident_from_log(text)
-    report = Report(incident, diagnose(incident))
+    report = Report(incident, diagnose(incident, code=code))
     if args.json:
         print(report.to_json())
     elif args.markdown:
@@ -48,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     explain = sub.add_parser("explain", help="explain an error log (a traceback, with or without assertion lines)")
     explain.add_argument("file", help="the log file, or - for standard input")
+    explain.add_argument(
+        "--code", metavar="FILE", help="the script or cell source that failed, read as static evidence"
+    )
     fmt = explain.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable output")
     fmt.add_argument("--markdown", action="store_true", help="Markdown, for an issue")

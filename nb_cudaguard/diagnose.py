@@ -1,62 +1,197 @@
-"""Turn an Incident into ranked causes.
+"""Turn an Incident into ranked causes, each naming the user's variable, the values, the valid range and a fix.
 
-The first evidence source is the catalog: the printed assertion condition and the error text each point at a
-family. Several hits for one family add up; the best-supported family comes first.
+Three kinds of evidence are combined:
+
+1. the catalog: the printed assertion condition and the error text, which say which *group* of ops failed
+   (direct evidence, but rarely the whole story);
+2. the user's objects: tensors, modules, configs, tokenizers and datasets in the failing frames and the
+   namespace (``evidence.workspace``), read only where safe (``inspect_tensors``);
+3. the source: the failing line, the cell, the journal's earlier cells and ``--code`` (``evidence.static``), plus
+   what the traceback's own lines say (``evidence.textual``).
+
+The analysers refine a group into a family. A family consistent with the printed assertion inherits its
+support; one that contradicts it keeps half of its own. Several pieces of evidence for one family add up as
+independent odds (1 - Π(1 - c)).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from . import catalog
 from .causes import Cause, Diagnosis, Evidence
+from .evidence import classes, embeddings, indexing, losses, textual
+from .evidence.context import Context
+from .evidence.families import group_of, summary_of
+from .evidence.static import LineFacts, line_facts, read_sources
+from .evidence.workspace import build_workspace
 from .incident import Incident
 
-_SUMMARY = {
-    "label_out_of_range": "a class label is negative or not smaller than the number of classes",
-    "negative_label": "a class label is negative (and not the loss's ignore_index)",
-    "num_classes_mismatch": "the output layer has fewer units than there are classes",
-    "embedding_index_out_of_range": "a token or index id is outside the embedding table",
-    "vocab_resize_missing": "tokens were added to the tokenizer but the embedding was not resized",
-    "position_ids_too_long": "a sequence is longer than max_position_embeddings",
-    "token_type_ids_out_of_range": "token_type_ids hold a value >= type_vocab_size",
-    "bce_input_range": "binary cross-entropy got inputs outside [0, 1] (raw logits?)",
-    "bce_target_range": "binary cross-entropy got targets outside [0, 1]",
-    "gather_scatter_index": "a gather/scatter index is outside the indexed dimension",
-    "advanced_index_out_of_bounds": "an index is outside the tensor it indexes",
-    "one_hot_num_classes": "one_hot got a value outside [0, num_classes)",
-    "multinomial_invalid_probs": "sampling got NaN, inf, negative or all-zero probabilities",
-    "ctc_loss": "CTC targets or lengths are invalid",
-    "nan_or_inf": "a NaN or inf was turned into an index",
-    "illegal_memory_access": "a kernel touched memory it does not own (no tensor check catches this)",
-    "dtype_mismatch": "an index or label tensor has the wrong dtype",
-    "other": "a CUDA kernel failed",
+__all__ = ["diagnose", "summary_of"]
+
+Analyser = Callable[[Context], list[Cause]]
+ANALYSERS: tuple[tuple[str, Analyser], ...] = (
+    ("class labels", classes.analyse),
+    ("embeddings", embeddings.analyse),
+    ("indexing", indexing.analyse),
+    ("losses and sampling", losses.analyse),
+)
+JOURNAL_CELLS = 200
+CONTRADICTION = 0.5  # what a cause keeps when the printed assertion points at another group
+# Families an assertion of another group still supports: srcIndex < srcSelectDimSize is index_select's assertion
+# as much as the embedding's; a float index or a NaN cast to an index ends in any index-checking kernel.
+_ALSO_SUPPORTED_BY = {
+    "index": ("embedding",),
+    "dtype": ("class_index", "embedding", "index"),
 }
+_NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
 
 
-def summary_of(family: str) -> str:
-    return _SUMMARY.get(family, _SUMMARY["other"])
+def _combine(*confidences: float) -> float:
+    remaining = 1.0
+    for value in confidences:
+        remaining *= 1.0 - value
+    return 1.0 - remaining
 
 
-def diagnose(incident: Incident) -> Diagnosis:
+def _catalog_causes(incident: Incident) -> dict[str, Cause]:
     by_family: dict[str, Cause] = {}
     for hit in catalog.hits_for(incident.text, incident.assertions):
         evidence = Evidence(kind=hit.source, text=hit.detail, direct=True)
         cause = by_family.get(hit.family)
         if cause is None:
-            by_family[hit.family] = Cause(
-                family=hit.family,
-                confidence=hit.confidence,
-                summary=summary_of(hit.family),
-                fix=hit.fix,
-                evidence=[evidence],
-            )
+            by_family[hit.family] = Cause(hit.family, hit.confidence, summary_of(hit.family), hit.fix, [evidence])
         else:
-            cause.confidence = 1 - (1 - cause.confidence) * (1 - hit.confidence)
+            cause.confidence = _combine(cause.confidence, hit.confidence)
             cause.evidence.append(evidence)
-    causes = sorted(by_family.values(), key=lambda c: (c.family == "other", -c.confidence))
-    diagnosis = Diagnosis(causes=causes)
+    return by_family
+
+
+def _sources(incident: Incident, code: str | None, journal: Iterable | None) -> list[str]:
+    sources = []
+    if journal is not None:
+        cells = list(journal)[-JOURNAL_CELLS:]
+        sources += [c.transformed or c.source for c in cells if c is not incident.cell]
+    if incident.cell is not None:
+        sources.append(incident.cell.transformed or incident.cell.source)
+    if code:
+        sources.append(code)
+    return sources
+
+
+def _failing_line(incident: Incident) -> LineFacts:
+    frame = incident.user_frame
+    return line_facts(frame.line) if frame is not None and frame.line else LineFacts()
+
+
+def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable | None = None) -> Diagnosis:
+    """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
+    diagnosis = Diagnosis()
+    asserted = _catalog_causes(incident)
+    ctx = Context(
+        incident=incident,
+        workspace=build_workspace(incident),
+        static=read_sources(_sources(incident, code, journal)),
+        line=_failing_line(incident),
+    )
+    found: list[Cause] = []
+    for name, analyser in ANALYSERS:
+        try:
+            found += analyser(ctx)
+        except Exception as exc:  # one analyser's surprise must not cost the user the others
+            diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
+    diagnosis.causes = _rank(asserted, textual.hints_for(incident), found)
+    diagnosis.notes += _notes(incident, ctx, diagnosis)
+    return diagnosis
+
+
+def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cause]) -> list[Cause]:
+    group_support: dict[str, Cause] = {}
+    for cause in asserted.values():
+        group = group_of(cause.family)
+        if group != "other" and (group not in group_support or group_support[group].confidence < cause.confidence):
+            group_support[group] = cause
+    merged: dict[str, Cause] = {}
+    own: dict[str, float] = {}
+    for cause in found:  # the analysers' best cause per family
+        known = merged.get(cause.family)
+        if known is None or known.confidence < cause.confidence:
+            merged[cause.family] = cause
+            own[cause.family] = cause.confidence
+    for hint in hints:
+        evidence = Evidence("traceback", hint.text, direct=False)
+        if hint.family in merged:
+            merged[hint.family].evidence.append(evidence)
+            own[hint.family] = _combine(own[hint.family], hint.weight)
+        else:
+            merged[hint.family] = Cause(
+                hint.family, hint.weight, summary_of(hint.family), _fix_for(hint.family, asserted), [evidence]
+            )
+            own[hint.family] = hint.weight
+    for family, cause in asserted.items():
+        if family in merged:
+            merged[family].evidence = cause.evidence + merged[family].evidence
+            if merged[family].fix == _fix_for(family, {}):
+                merged[family].fix = cause.fix
+        else:
+            merged[family] = cause
+            own[family] = 0.0
+    for family, cause in merged.items():
+        group = group_of(family)
+        others = _NAN_SUPPORTED_BY if family == "nan_or_inf" else _ALSO_SUPPORTED_BY.get(group, ())
+        candidates = [group_support[g] for g in (group, *others) if g in group_support]
+        support = max(candidates, key=lambda c: c.confidence, default=None)
+        if support is not None:
+            cause.confidence = _combine(support.confidence, own[family])
+            if support.family != family:
+                cause.evidence = cause.evidence + support.evidence  # the user's values first, the assertion after
+        elif group_support and family != "other":
+            cause.confidence = own[family] * CONTRADICTION
+        else:
+            cause.confidence = max(own[family], cause.confidence if family in asserted else 0.0)
+    return sorted(merged.values(), key=lambda c: (c.family == "other", -c.confidence))
+
+
+def _fix_for(family: str, asserted: dict[str, Cause]) -> str:
+    if family in asserted:
+        return asserted[family].fix
+    entry = next((e for e in catalog.ERROR_TEXTS if e.family == family), None)
+    if entry is not None:
+        return entry.fix
+    return "Re-run the failing cell under %%cudacheck to see the op, its arguments and the offending values."
+
+
+def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
+    notes = []
     frame = incident.user_frame
     if frame is not None and incident.classification == "poisoned":
-        diagnosis.notes.append(
-            f"CUDA reports kernel errors asynchronously: the op that failed may run before {frame.where}."
+        notes.append(f"CUDA reports kernel errors asynchronously: the op that failed may run before {frame.where}.")
+    unread = [s for s in ctx._summaries.values() if not s.readable]
+    if unread:
+        notes.append(
+            f"{len(unread)} tensor(s) were not read ({unread[0].why_not}); what they show is inferred from shapes, "
+            "CPU copies and the source."
         )
-    return diagnosis
+    top = diagnosis.top
+    if top is None:
+        notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
+    elif top.family == "illegal_memory_access":
+        notes.append(
+            "No tensor value explains an illegal memory access: suspect a custom or third-party CUDA kernel, an "
+            "out-of-bounds pointer, or an index passed to an op without bounds checks; run with "
+            "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel."
+        )
+    elif top.family == "embedding_index_out_of_range" and not any(e.kind == "tensor" for e in top.evidence):
+        notes.append(
+            "An embedding index was out of range, but no tensor was in reach to say which table: token ids beyond "
+            "the vocabulary, a sequence longer than max_position_embeddings, or token_type_ids beyond "
+            "type_vocab_size. Give the code (explain --code FILE) or re-run under %%cudacheck."
+        )
+    elif top.family == "other":
+        notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
+    elif top.confidence < 0.5:
+        notes.append(
+            f"Low confidence ({top.confidence:.0%}): no assertion line and no readable values point at one op; "
+            "give the code (explain --code FILE) or re-run under %%cudacheck."
+        )
+    return notes

@@ -112,7 +112,7 @@ class CudaGuard(Configurable):
             cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
             namespace=self.shell.user_ns,
         )
-        report = Report(incident, diagnose(incident))
+        report = Report(incident, diagnose(incident, journal=self.journal))
         self.incidents = [*self.incidents[-9:], incident]
         self.last_report = report
         if self._should_show(report):

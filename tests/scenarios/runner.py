@@ -1,0 +1,110 @@
+"""Run a scenario in a real IPython shell with the extension loaded, on CPU or through the simulated GPU.
+
+A scenario is a small script whose cells are separated by ``# %%`` and whose header says what the diagnosis must
+find (``# family:`` and ``# variable:``). Every cell runs through ``shell.run_cell``, exactly as in a notebook:
+the extension records the journal, captures fd 2, builds the Incident and diagnoses it in its own
+``post_run_cell`` hook. In the CUDA form, ``nb_cudaguard.testing`` turns the op's CPU error into the CUDA error,
+prints the device assertion on fd 2 and poisons the simulated context, as a GPU would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_HEADER = re.compile(r"^#\s*(family|variable):\s*(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass
+class Scenario:
+    path: Path
+    family: str
+    variable: str
+    title: str
+    cells: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    form: str  # "cpu" | "cuda"
+    report: object  # nb_cudaguard.report.Report, or None when no cell failed
+    seconds: float
+
+    @property
+    def causes(self) -> list:
+        return self.report.diagnosis.causes if self.report is not None else []
+
+    @property
+    def rank(self) -> int | None:
+        families = [c.family for c in self.causes]
+        return families.index(self.scenario.family) + 1 if self.scenario.family in families else None
+
+    @property
+    def top(self):
+        return self.causes[0] if self.causes else None
+
+    @property
+    def named(self) -> bool:
+        top = self.top
+        return top is not None and top.family == self.scenario.family and top.variable == self.scenario.variable
+
+
+def load(path: Path) -> Scenario:
+    text = path.read_text()
+    fields = dict(_HEADER.findall(text))
+    description = next((line[1:].strip() for line in text.splitlines()[2:4] if line.startswith("#")), "")
+    cells = [cell.strip("\n") for cell in re.split(r"^# %%.*$", text, flags=re.MULTILINE)]
+    return Scenario(path, fields["family"], fields["variable"], description, [c for c in cells if c.strip()])
+
+
+def all_scenarios() -> list[Scenario]:
+    return [load(p) for p in sorted(HERE.glob("s[0-9]*.py"))]
+
+
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    return InteractiveShell.instance()
+
+
+def run(scenario: Scenario, form: str = "cpu", quiet: bool = True) -> Outcome:
+    import nb_cudaguard
+    from nb_cudaguard import testing
+
+    ip = shell()
+    nb_cudaguard.unload_ipython_extension(ip)
+    ip.reset(new_session=False)
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    nb_cudaguard.load_ipython_extension(ip)
+    guard = nb_cudaguard.get_guard(ip)
+    guard.show_report = "never" if quiet else "auto"
+    started = time.perf_counter()
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
+    saved = sys.stdout, sys.stderr
+    try:
+        if quiet:
+            sys.stdout = sys.stderr = devnull
+        if form == "cuda":
+            testing.enable()
+        for cell in scenario.cells:
+            result = ip.run_cell(cell, store_history=True)
+            if result.error_in_exec is not None:
+                break
+    finally:
+        testing.reset()
+        sys.stdout, sys.stderr = saved
+        devnull.close()
+    report = guard.last_report
+    nb_cudaguard.unload_ipython_extension(ip)
+    return Outcome(scenario, form, report, time.perf_counter() - started)

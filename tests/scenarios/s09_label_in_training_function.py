@@ -1,0 +1,18 @@
+# family: label_out_of_range
+# variable: batch['y']
+# The loss runs inside a training-step function; the batch is a dict.
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+model = nn.Linear(8, 4)
+batch = {"x": torch.randn(3, 8), "y": torch.tensor([1, 9, 2])}
+
+
+def train_step(model, batch):
+    logits = model(batch["x"])
+    return F.cross_entropy(logits, batch["y"])
+
+
+# %%
+loss = train_step(model, batch)

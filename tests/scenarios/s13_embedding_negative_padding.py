@@ -1,0 +1,10 @@
+# family: embedding_index_out_of_range
+# variable: tokens
+# Padding written as -1 into token ids that feed an embedding.
+import torch
+from torch import nn
+
+embedding = nn.Embedding(100, 8)
+tokens = torch.tensor([[5, 17, 42, -1, -1]])
+# %%
+out = embedding(tokens)

@@ -1,0 +1,11 @@
+# family: position_ids_too_long
+# variable: source_ids
+# An encoder-decoder fed source documents longer than max_position_embeddings.
+import torch
+from tinyhf import TinyConfig, TinySeq2Seq
+
+model = TinySeq2Seq(TinyConfig(max_position_embeddings=16))
+source_ids = torch.randint(4, 60, (2, 50))
+target_ids = torch.randint(4, 60, (2, 8))
+# %%
+loss = model(source_ids, target_ids)

@@ -1,0 +1,11 @@
+# family: token_type_ids_out_of_range
+# variable: token_type_ids
+# token_type_ids of 2 fed to a RoBERTa-style model with type_vocab_size=1.
+import torch
+from tinyhf import TinyBertForSequenceClassification, TinyConfig
+
+model = TinyBertForSequenceClassification(TinyConfig(type_vocab_size=1))
+input_ids = torch.randint(4, 60, (1, 8))
+token_type_ids = torch.tensor([[0, 0, 0, 0, 2, 2, 2, 2]])
+# %%
+outputs = model(input_ids, token_type_ids=token_type_ids)

@@ -1,0 +1,10 @@
+# family: nan_or_inf
+# variable: idx
+# A NaN score turned into a bin index with .long(), then used to index.
+import torch
+
+scores = torch.tensor([0.25, float("nan"), 0.75])
+bins = torch.zeros(10)
+idx = (scores * 10).long()
+# %%
+selected = bins[idx]

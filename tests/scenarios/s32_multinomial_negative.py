@@ -1,0 +1,8 @@
+# family: multinomial_invalid_probs
+# variable: scores
+# Raw scores with negative values passed to multinomial instead of softmax probabilities.
+import torch
+
+scores = torch.tensor([[2.0, -1.5, 0.3]])
+# %%
+sample = scores.multinomial(1)

@@ -1,0 +1,13 @@
+# family: label_out_of_range
+# variable: y_batch
+# Labels read from a NumPy array, including a stray 10 for a 10-class head.
+import numpy as np
+import torch
+from torch import nn
+
+y_all = np.array([0, 3, 10, 9, 1, 2])
+net = nn.Sequential(nn.Linear(5, 10))
+x_batch = torch.randn(6, 5)
+y_batch = torch.from_numpy(y_all)
+# %%
+loss = nn.functional.cross_entropy(net(x_batch), y_batch)
