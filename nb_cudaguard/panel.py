@@ -196,13 +196,15 @@ class Panel:
         return [record.execution_count for box, record in self.plan_boxes if box.value]
 
     def _restart(self, diagnose: bool) -> None:
+        from IPython.utils.capture import capture_output
+
         from .panel_link import hand_over, take_back
 
         cells = self.chosen_cells()
         self._busy(True, "Restarting the kernel in place…")
         hand_over(self)
         try:
-            with self.output:
+            with capture_output():  # its own announcement: the status line says the same, and follows the replay
                 plan = request_restart(diagnose=diagnose, cells=cells)
         except Exception:
             take_back()
@@ -232,7 +234,7 @@ def status_html(message: str, tone: str = "") -> str:
         "ok": "var(--jp-success-color1,#388e3c)",
         "busy": "var(--jp-warn-color1,#ef6c00)",
     }.get(tone, "var(--jp-ui-font-color1,inherit)")
-    return f'<span class="nbcg-status" style="color:{colour}">{escape(message)}</span>'
+    return f'<span class="nbcg-status" style="color:{colour}">{escape(message, quote=False)}</span>'
 
 
 def _shorten(text: str, width: int = 70) -> str:

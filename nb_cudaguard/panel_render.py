@@ -60,6 +60,7 @@ STYLE = """<style>
 .nbcg .nbcg-fix{border-left:3px solid var(--jp-success-color1,#388e3c);padding:2px 8px;margin:4px 0}
 .nbcg .nbcg-dim{color:var(--jp-ui-font-color2,inherit)}
 .nbcg ol,.nbcg ul{margin:2px 0;padding-left:22px}
+.nbcg summary{cursor:pointer;margin-top:6px;color:var(--jp-ui-font-color2,inherit)}
 </style>"""
 
 
@@ -93,31 +94,56 @@ def _user_line(report: Report) -> str | None:
     return f"{frame.where}: {frame.line}" if frame.line else frame.where
 
 
-def _evidence_table(cause) -> str:
+_COLUMNS = ("variable", "values", "valid range", "range from")
+
+
+def _evidence_rows(cause, shown_elsewhere: set[str]) -> list[tuple[str, dict[str, str]]]:
+    """Evidence as (text, column values); what the panel already says above (the assertion) is left out."""
     rows = []
     for ev in cause.evidence:
+        if ev.text in shown_elsewhere:
+            continue
         values = ", ".join(str(v) for v in ev.values[:8]) if ev.values else ""
         if ev.count and ev.values and ev.count > len(ev.values[:8]):
             values += f" ({ev.count} in all)"
-        how = "" if ev.direct else ' <span class="nbcg-dim">(inferred)</span>'
-        cells = [escape(ev.text) + how, escape(ev.variable or ""), escape(values)]
-        cells += [escape(ev.valid_range or ""), escape(ev.range_source or "")]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("evidence", "variable", "values", "valid range", "range from"))
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        text = escape(ev.text) + ("" if ev.direct else ' <span class="nbcg-dim">(inferred)</span>')
+        cells = (ev.variable or "", values, ev.valid_range or "", ev.range_source or "")
+        columns = dict(zip(_COLUMNS, cells, strict=True))
+        rows.append((text, columns))
+    return rows
+
+
+def _evidence_table(rows: list[tuple[str, dict[str, str]]]) -> str:
+    used = [c for c in _COLUMNS if any(columns[c] for _, columns in rows)]
+    head = "".join(f"<th>{h}</th>" for h in ("evidence", *used))
+    body = "".join(
+        f"<tr><td>{text}</td>" + "".join(f"<td>{escape(columns[c])}</td>" for c in used) + "</tr>"
+        for text, columns in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cause_html(cause, shown_elsewhere: set[str]) -> str:
+    who = f" in <code>{escape(cause.variable)}</code>" if cause.variable else ""
+    rows = _evidence_rows(cause, shown_elsewhere)
+    return (
+        f"<b><code>{escape(cause.family)}</code></b>{who} "
+        f'<span class="nbcg-dim">({cause.confidence:.0%})</span>: {escape(cause.summary)}'
+        f"{_evidence_table(rows) if rows else ''}"
+        f'<div class="nbcg-fix"><b>Fix:</b> {escape(cause.fix)}</div>'
+    )
 
 
 def _causes_html(report: Report) -> str:
-    items = []
-    for cause in report.diagnosis.causes[:CAUSES_SHOWN]:
-        who = f" in <code>{escape(cause.variable)}</code>" if cause.variable else ""
-        items.append(
-            f"<li><b><code>{escape(cause.family)}</code></b>{who} "
-            f'<span class="nbcg-dim">({cause.confidence:.0%})</span>: {escape(cause.summary)}'
-            f"{_evidence_table(cause) if cause.evidence else ''}"
-            f'<div class="nbcg-fix"><b>Fix:</b> {escape(cause.fix)}</div></li>'
-        )
-    return f"<h4>Likely causes</h4><ol>{''.join(items)}</ol>" if items else ""
+    causes = report.diagnosis.causes[:CAUSES_SHOWN]
+    if not causes:
+        return ""
+    shown = {meaning for meaning, _ in _assertions(report)}
+    parts = ["<h4>Likely cause</h4>", _cause_html(causes[0], shown)]
+    if len(causes) > 1:
+        others = "".join(f"<li>{_cause_html(c, shown)}</li>" for c in causes[1:])
+        parts.append(f"<details><summary>{len(causes) - 1} less likely cause(s)</summary><ol>{others}</ol></details>")
+    return "".join(parts)
 
 
 def _memory_html(facts: MemoryFacts) -> str:

@@ -89,6 +89,9 @@ def lab(tmp_path):
     tracker = tmp_path / "jupyterlab_settings_dir" / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True)
     (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')  # every cell in the DOM
+    notices = tmp_path / "jupyterlab_settings_dir" / "@jupyterlab" / "apputils-extension"
+    notices.mkdir(parents=True)
+    (notices / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     log = tmp_path / "lab.log"
     command = [
         sys.executable,
