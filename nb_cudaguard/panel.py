@@ -104,8 +104,9 @@ class Panel:
 
         self.facts = facts
         self.guard = guard
-        self.markdown = render.to_markdown(facts)
-        self.body = w.HTML(render.to_html(facts))
+        self.texts = text_bundle(facts)  # rendered once: the widget's body and the fallback bundle share it
+        self.markdown = self.texts["text/markdown"]
+        self.body = w.HTML(self.texts["text/html"])
         self.status = w.HTML("")
         self.output = w.Output()
         self.copy_area = w.Textarea(layout=w.Layout(display="none", width="100%", height="14em"))
@@ -164,7 +165,7 @@ class Panel:
 
     def bundle(self) -> dict:
         view = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}
-        return {WIDGET_VIEW: view, **text_bundle(self.facts)}
+        return {WIDGET_VIEW: view, **self.texts}
 
     # --- actions
     def _guarded(self, handler):
@@ -217,7 +218,9 @@ class Panel:
         self._busy(True, "Releasing memory…")
         allocated = release(self.guard.shell)
         self.facts.memory = memory_facts(self.facts.report.incident)
-        self.body.value = render.to_html(self.facts)
+        self.texts = text_bundle(self.facts)
+        self.markdown = self.texts["text/markdown"]
+        self.body.value = self.texts["text/html"]
         still = f" PyTorch now holds {allocated:,} bytes." if allocated is not None else ""
         self._busy(False, f"Dropped the failed cell's traceback and collected garbage.{still}", "ok")
 
