@@ -5,7 +5,10 @@ Load it with ``%load_ext nb_cudaguard`` (or ``c.InteractiveShellApp.extensions =
 
 from __future__ import annotations
 
+from .errors import CudaCheckError
+
 __version__ = "0.1.0"
+__all__ = ["CudaCheckError", "get_guard", "load_ipython_extension", "unload_ipython_extension"]
 
 _ATTRIBUTE = "_nb_cudaguard"
 
@@ -15,12 +18,15 @@ def load_ipython_extension(shell) -> None:
     if getattr(shell, _ATTRIBUTE, None) is not None:
         return
     from .extension import CudaGuard
+    from .guard_magics import CudaCheckMagics
     from .magics import CudaGuardMagics
 
     guard = CudaGuard(shell)
     guard.register()
     guard.magics = CudaGuardMagics(shell, guard)
     shell.register_magics(guard.magics)
+    guard.check_magics = CudaCheckMagics(shell)
+    shell.register_magics(guard.check_magics)
     setattr(shell, _ATTRIBUTE, guard)
     from .resume import resume_after_restart
 
@@ -35,12 +41,17 @@ def unload_ipython_extension(shell) -> None:
     if guard is None:
         return
     guard.unregister()
+    from .guard_magics import set_every_cell
+
+    set_every_cell(shell, False)
+    ours = (guard.magics, getattr(guard, "check_magics", None))
     magics = shell.magics_manager.magics
     for kind in ("line", "cell"):
         for name, func in list(magics[kind].items()):
-            if getattr(func, "__self__", None) is guard.magics:
+            if getattr(func, "__self__", None) in ours:
                 del magics[kind][name]
     shell.magics_manager.registry.pop("CudaGuardMagics", None)
+    shell.magics_manager.registry.pop("CudaCheckMagics", None)
     setattr(shell, _ATTRIBUTE, None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -50,6 +51,25 @@ def cmd_demo(args) -> int:
     return main()
 
 
+def cmd_run(args) -> int:
+    from .runner import InvalidNotebook, NotebookRunner
+
+    runner = NotebookRunner(
+        args.notebook, output=args.output, on_poison=args.on_poison, timeout=args.timeout, kernel=args.kernel
+    )
+    try:
+        outcome = runner.run()
+    except InvalidNotebook as exc:
+        print(f"nb-cudaguard: {exc}", file=sys.stderr)
+        return 2
+    if args.report:
+        Path(args.report).write_text(outcome.to_markdown())
+    if args.json:
+        Path(args.json).write_text(json.dumps(outcome.to_dict(), indent=2))
+    print(outcome.to_markdown() if args.report is None and args.json is None else outcome.message)
+    return outcome.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nb-cudaguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true", help="machine-readable output")
     fmt.add_argument("--markdown", action="store_true", help="Markdown, for an issue")
     explain.set_defaults(func=cmd_explain)
+    run = sub.add_parser("run", help="execute a whole notebook with the extension; recover from a poisoned context")
+    run.add_argument("notebook")
+    run.add_argument("-o", "--output", help="where to write the executed notebook (default: NAME.executed.ipynb)")
+    run.add_argument("--report", help="write a Markdown report of every incident here")
+    run.add_argument("--json", help="write a JSON report here")
+    run.add_argument(
+        "--on-poison",
+        choices=["stop", "diagnose", "skip"],
+        default="stop",
+        help="after a poisoned context: stop with the diagnosis, re-run the cell under checks then stop, or skip it",
+    )
+    run.add_argument("--timeout", type=float, default=None, help="seconds a cell may run before the run stops")
+    run.add_argument("--kernel", help="kernel name, overriding the notebook's kernelspec")
+    run.set_defaults(func=cmd_run)
     demo = sub.add_parser("demo", help="run a simulated device-side assert in a real kernel and show the report")
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from . import catalog
 from .causes import Cause, Diagnosis, Evidence
+from .errors import CudaCheckError
 from .evidence import classes, embeddings, indexing, losses, textual
 from .evidence.context import Context
 from .evidence.families import group_of, summary_of
@@ -86,13 +87,21 @@ def _failing_line(incident: Incident) -> LineFacts:
 
 def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable | None = None) -> Diagnosis:
     """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
+    checked = getattr(incident.exception, "to_cause", None)
+    if isinstance(incident.exception, CudaCheckError) and checked is not None:
+        # %%cudacheck stopped the op before it ran: its own finding is direct and complete.
+        note = "%%cudacheck stopped this op before it ran: the context is healthy."
+        return Diagnosis(causes=[checked()], notes=[note])
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
+    hints = textual.hints_for(incident)
+    expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,
         workspace=build_workspace(incident),
         static=read_sources(_sources(incident, code, journal)),
         line=_failing_line(incident),
+        expected_groups=frozenset(expected - {"other"}),
     )
     found: list[Cause] = []
     for name, analyser in ANALYSERS:
@@ -100,7 +109,7 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = _rank(asserted, textual.hints_for(incident), found)
+    diagnosis.causes = _rank(asserted, hints, found)
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 

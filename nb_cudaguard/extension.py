@@ -14,6 +14,7 @@ from traitlets.config import Configurable
 
 from .capture import OutputCapture
 from .diagnose import diagnose
+from .errors import CudaCheckError
 from .incident import Incident, build_incident
 from .recorder import CellRecord, Journal
 from .report import Report
@@ -124,6 +125,8 @@ class CudaGuard(Configurable):
     def _should_show(self, report: Report) -> bool:
         if self.show_report != "auto":
             return self.show_report == "always"
+        if isinstance(report.incident.exception, CudaCheckError):
+            return False  # its message is already the whole explanation; %cudaguard report still has it
         top = report.diagnosis.top
         return report.incident.is_cuda or (top is not None and top.family != "other")
 

@@ -158,6 +158,8 @@ def _qualified_name(exc: BaseException) -> str:
     module = cls.__module__
     if module in ("builtins", "__main__"):
         return cls.__qualname__
+    if module.startswith("nb_cudaguard"):
+        return f"nb_cudaguard.{cls.__qualname__}"
     if module.startswith("torch"):
         # torch.AcceleratorError lives in torch._C; users know it by its public name.
         public = sys.modules.get("torch")

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from .probe import internal_use
 
 EXACT_LIMIT = 1 << 22  # elements read exactly (index and label tensors are almost always far smaller)
-SAMPLE_LIMIT = 1 << 18  # elements read from a larger tensor, through a strided view
+SAMPLE_BLOCKS, SAMPLE_BLOCK = 128, 256  # a larger tensor is read as 128 evenly spaced runs of 256 elements
+# (32,768 elements: below ATen's parallel grain, so a summary never waits on the intra-op thread pool)
+SAMPLE_LIMIT = SAMPLE_BLOCKS * SAMPLE_BLOCK
 SHOWN = 5  # offending values and positions quoted in a report
 INT64_MIN = -(2**63)  # what a NaN becomes when cast to an integer index on CPU and on CUDA
 
@@ -94,6 +96,22 @@ def _strided_view(obj: object, limit: int):
     return view
 
 
+def _sample(obj: object):
+    """At most SAMPLE_LIMIT elements as a contiguous copy: runs of adjacent elements touch few pages and cache lines."""
+    if is_tensor(obj) and obj.is_contiguous():
+        flat = obj.detach().view(-1)
+        stride = flat.numel() // SAMPLE_BLOCKS
+        return flat.as_strided((SAMPLE_BLOCKS, SAMPLE_BLOCK), (stride, 1)).contiguous().reshape(-1)
+    if is_array(obj) and obj.flags.c_contiguous:
+        flat = obj.reshape(-1)
+        stride = flat.size // SAMPLE_BLOCKS
+        return sys.modules["numpy"].concatenate(
+            [flat[i * stride : i * stride + SAMPLE_BLOCK] for i in range(SAMPLE_BLOCKS)]
+        )
+    view = _strided_view(obj, SAMPLE_LIMIT)
+    return view.contiguous() if is_tensor(view) else sys.modules["numpy"].ascontiguousarray(view)
+
+
 def _numel(obj: object) -> int:
     return int(obj.numel()) if is_tensor(obj) else int(obj.size)
 
@@ -101,7 +119,7 @@ def _numel(obj: object) -> int:
 def _flat_values(obj: object, limit: int):
     """Flat CPU values (torch or NumPy), and whether they are a sample."""
     sampled = _numel(obj) > limit
-    view = _strided_view(obj, SAMPLE_LIMIT) if sampled else obj
+    view = _sample(obj) if sampled else obj
     if is_tensor(view):
         view = view.detach()
         if view.device.type != "cpu":
@@ -254,7 +272,7 @@ def _outside_torch(obj, low, high, inclusive, ignore) -> OutOfRange:
     torch = _torch()
     with torch.no_grad():
         sampled = obj.numel() > EXACT_LIMIT
-        values = _strided_view(obj, SAMPLE_LIMIT) if sampled else obj
+        values = _sample(obj) if sampled else obj
         values = values.detach()
         if values.device.type != "cpu":
             values = values.cpu()
@@ -281,7 +299,7 @@ def _outside_torch(obj, low, high, inclusive, ignore) -> OutOfRange:
 def _outside_numpy(obj, low, high, inclusive, ignore) -> OutOfRange:
     numpy = sys.modules["numpy"]
     sampled = obj.size > EXACT_LIMIT
-    values = _strided_view(obj, SAMPLE_LIMIT) if sampled else obj
+    values = _sample(obj) if sampled else obj
     mask = numpy.zeros(values.shape, dtype=bool)
     nan = 0
     if values.dtype.kind == "f":

@@ -30,6 +30,9 @@ def _build_parser() -> _Parser:
     sub.add_parser("demo", help="watch a simulated device-side assert in a separate, throw-away kernel")
     simulate = sub.add_parser("simulate", help="fault injection: simulate a GPU on this CPU-only kernel")
     simulate.add_argument("state", choices=["on", "off"])
+    check = sub.add_parser("check", help="check assert-prone torch ops before they launch, in every cell")
+    check.add_argument("state", nargs="?", choices=["on", "off"])
+    check.add_argument("--sync", action="store_true", help="also synchronise after every op")
     _add_restart_commands(sub)
     return parser
 
@@ -83,6 +86,14 @@ class CudaGuardMagics(Magics):
         from .demo import run_demo
 
         run_demo(write=print)
+
+    def _cmd_check(self, args) -> None:
+        from .guard_magics import every_cell, set_every_cell
+
+        if args.state is None:
+            print(every_cell(self.shell).describe())
+        else:
+            print(set_every_cell(self.shell, args.state == "on", sync=args.sync))
 
     def _cmd_simulate(self, args) -> None:
         from . import testing

@@ -30,9 +30,11 @@ def pytest_collection_modifyitems(config, items):
 def shell():
     """The process's real InteractiveShell, with nb_cudaguard loaded for one test and unloaded after it."""
     from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
 
     from nb_cudaguard import testing
 
+    start_ipython()  # IPython's own test shell, once per process; every shell fixture shares it
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "nb_cudaguard")
     yield ip

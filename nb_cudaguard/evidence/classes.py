@@ -141,7 +141,9 @@ def _data_classes(ctx: Context) -> tuple[int, Evidence] | None:
 
 
 def analyse(ctx: Context) -> list[Cause]:
-    calls = _loss_calls(ctx) or _guess_calls(ctx)
+    calls = _loss_calls(ctx)
+    if not calls and (not ctx.expected_groups or "class_index" in ctx.expected_groups):
+        calls = _guess_calls(ctx)  # label-named tensors, only when nothing points elsewhere
     causes = []
     for call in calls:
         if is_floating(call.target.obj):
@@ -175,7 +177,8 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
     evidence = [range_evidence(ctx, used, found, valid, source, f"ignore_index={ignore} ({ignore_source})")]
     evidence[0].direct = used_direct
     if not used_direct:
-        evidence[0].text += f" (a CPU copy: {target.name} itself is not readable now)"
+        why = ctx.summary(target.obj).why_not
+        evidence[0].text += f" (a CPU copy: {target.name} itself was not read, {why})"
     evidence += [c.evidence for c in counts]
     negatives = [v for v in found.values if v < 0]
     name = target.name
@@ -195,11 +198,15 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
         evidence.append(data[1])
     wanted = max(highest + 1, data[0] if data else 0)
     contiguous = lowest == 0 and classes_in_data == highest + 1
-    if lowest is not None and lowest >= 1 and highest == n and not (data and data[0] > n):
+    if lowest == 1 and highest == n and not (data and data[0] > n):
         fix = f"The labels run from 1 to {n}: they look 1-based. Subtract 1 ({name} - 1) so they run from 0 to {n - 1}."
         return ctx.cause("label_out_of_range", 0.85, name, fix, evidence)
     if (data is not None and data[0] > n) or (contiguous and highest < 2 * n):
         return ctx.cause("num_classes_mismatch", 0.88, name, _resize_fix(ctx, counts, wanted), evidence)
+    if highest == n and lowest is not None and lowest > 1:
+        # One past the end, and a batch that happens to lack class 0: one class more than the head has, most often.
+        fix = _resize_fix(ctx, counts, n + 1) + f" (If the labels are 1-based instead, subtract 1: {name} - 1.)"
+        return ctx.cause("num_classes_mismatch", 0.7, name, fix, evidence)
     fix = (
         f"Labels must be in {valid}; {found.describe(name)} are not. Remap them to class ids, or mark them with "
         f"ignore_index ({ignore}) if they mean 'no label' (e.g. 255 in segmentation masks)."

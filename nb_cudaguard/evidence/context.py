@@ -18,6 +18,7 @@ class Context:
     workspace: Workspace
     static: StaticFacts
     line: LineFacts
+    expected_groups: frozenset[str] = frozenset()  # what the error text and traceback point at, before any value
     _summaries: dict[int, TensorSummary] = field(default_factory=dict, repr=False)
 
     @property

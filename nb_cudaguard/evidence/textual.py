@@ -116,6 +116,12 @@ _TEXT_HINTS = (
     ),
     ("dtype_mismatch", r"expected target dtype", 0.5, "a class-index target has a floating dtype"),
     (
+        "position_ids_too_long",
+        r"The expanded size of the tensor \(\d+\) must match the existing size \(\d+\)",
+        0.6,
+        "a buffer of max_position_embeddings entries (position or token-type ids) is shorter than the sequence",
+    ),
+    (
         "embedding_index_out_of_range",
         r"Tried to access index -?\d+ out of table with \d+ rows",
         0.8,

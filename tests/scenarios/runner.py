@@ -90,7 +90,7 @@ def run(scenario: Scenario, form: str = "cpu", quiet: bool = True) -> Outcome:
     guard = nb_cudaguard.get_guard(ip)
     guard.show_report = "never" if quiet else "auto"
     started = time.perf_counter()
-    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
+    devnull = open(os.devnull, "w")
     saved = sys.stdout, sys.stderr
     try:
         if quiet:

@@ -1,0 +1,124 @@
+"""The error the guard raises instead of letting a kernel poison the CUDA context.
+
+Kept free of torch so that ``except nb_cudaguard.CudaCheckError`` works in code that never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CudaCheckError(RuntimeError):
+    """An argument of an assert-prone op would have tripped a CUDA device assert; the op did not run.
+
+    A ``RuntimeError`` like the CUDA error it replaces, so existing ``except RuntimeError`` code still catches it.
+    The attributes carry what the report needs: which op and argument, the user's variable, the first offending
+    values and their positions, how many there are, the valid range and where it comes from, the user's line, and
+    the fix. The CUDA context stays healthy: the next cell runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        argument: str,
+        family: str,
+        problem: str,
+        values: list | None = None,
+        positions: list | None = None,
+        count: int | None = None,
+        valid_range: str | None = None,
+        range_source: str | None = None,
+        variable: str | None = None,
+        user_line: str | None = None,
+        fix: str = "",
+    ) -> None:
+        self.op = op
+        self.argument = argument
+        self.family = family
+        self.problem = problem
+        self.values = list(values or [])
+        self.positions = list(positions or [])
+        self.count = count
+        self.valid_range = valid_range
+        self.range_source = range_source
+        self.variable = variable
+        self.user_line = user_line
+        self.fix = fix
+        super().__init__(self._message())
+
+    @property
+    def subject(self) -> str:
+        """The argument as the user knows it: ``target (labels)`` when the variable could be resolved."""
+        return f"{self.argument} ({self.variable})" if self.variable else self.argument
+
+    def _message(self) -> str:
+        lines = [f"{self.op}: argument {self.subject} {self.problem}"]
+        if self.values:
+            pairs = zip(self.values, self.positions, strict=False)
+            shown = ", ".join(f"{_fmt(v)} at {_fmt_pos(p)}" for v, p in pairs)
+            more = ""
+            if self.count and self.count > len(self.values):
+                more = f" (first {len(self.values)} of {self.count})"
+            lines.append(f"  offending values: {shown}{more}")
+        if self.valid_range:
+            source = f" (from {self.range_source})" if self.range_source else ""
+            lines.append(f"  valid: {self.valid_range}{source}")
+        if self.user_line:
+            lines.append(f"  at: {self.user_line}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        lines.append("  nb_cudaguard stopped the op before it ran: the CUDA context is healthy, the next cell runs.")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "argument": self.argument,
+            "family": self.family,
+            "problem": self.problem,
+            "variable": self.variable,
+            "values": self.values,
+            "positions": self.positions,
+            "count": self.count,
+            "valid_range": self.valid_range,
+            "range_source": self.range_source,
+            "user_line": self.user_line,
+            "fix": self.fix,
+        }
+
+    def to_cause(self):
+        """The same facts as a diagnosis Cause: certain (confidence 1.0), backed by direct evidence."""
+        from .causes import Cause, Evidence
+
+        evidence = Evidence(
+            kind="guard",
+            text=f"%%cudacheck: {self.op} argument {self.subject} {self.problem}",
+            direct=True,
+            variable=self.variable,
+            values=self.values or None,
+            positions=self.positions or None,
+            count=self.count,
+            valid_range=self.valid_range,
+            range_source=self.range_source,
+            source_line=self.user_line,
+        )
+        summary = f"{self.op}: {self.subject} {self.problem}"
+        return Cause(
+            family=self.family,
+            confidence=1.0,
+            summary=summary,
+            fix=self.fix,
+            evidence=[evidence],
+            variable=self.variable,
+        )
+
+
+def _fmt(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _fmt_pos(position: Any) -> str:
+    if isinstance(position, (list, tuple)):
+        return "[" + ", ".join(str(p) for p in position) + "]"
+    return f"[{position}]"

@@ -1,0 +1,233 @@
+"""``nb-cudaguard run``: execute a whole notebook headless (Kaggle's "Save & Run All", CI) with the extension loaded.
+
+A device-side assert in a batch run today ends with a useless log. Here every failing cell gets the extension's
+report in its own output (readable in static viewers), the run writes Markdown/JSON reports of every incident, and
+the executed notebook is written even when the run stops half-way.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+EXIT_OK, EXIT_CELL_FAILED, EXIT_INVALID = 0, 1, 2
+_REPORT_EXPR = "__import__('nb_cudaguard').get_guard().last_report.to_json()"
+
+
+class InvalidNotebook(Exception):
+    """The notebook or the arguments cannot be run at all (exit code 2)."""
+
+
+@dataclass
+class CellRun:
+    index: int
+    execution_count: int | None
+    first_line: str
+    status: str  # ok | error | timeout | dead_kernel | skipped
+    seconds: float
+    error: str | None = None
+
+
+@dataclass
+class RunOutcome:
+    notebook: str
+    output: str
+    exit_code: int
+    message: str
+    cells: list[CellRun] = field(default_factory=list)
+    incidents: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_markdown(self) -> str:
+        ran = sum(c.status == "ok" for c in self.cells)
+        lines = [
+            f"# nb-cudaguard run: {Path(self.notebook).name}",
+            "",
+            f"- result: **{self.message}** (exit code {self.exit_code})",
+            f"- cells: {ran} ok of {len(self.cells)} run, {self.seconds:.1f} s in all",
+            f"- executed notebook: `{self.output}`",
+            "",
+        ]
+        for number, incident in enumerate(self.incidents, 1):
+            lines += [f"## Incident {number}: cell {incident['cell']} ({incident['classification']})", ""]
+            lines += ["```", incident["error"], "```", ""]
+            for rank, cause in enumerate(incident.get("causes", [])[:3], 1):
+                who = f" `{cause['variable']}`" if cause.get("variable") else ""
+                lines.append(f"{rank}. `{cause['family']}`{who} ({cause['confidence']:.0%}): {cause['summary']}")
+                lines.append(f"   - fix: {cause['fix']}")
+            lines.append("")
+        lines += ["## Cells", "", "| cell | status | seconds | first line |", "|---|---|---|---|"]
+        for cell in self.cells:
+            lines.append(f"| {cell.index} | {cell.status} | {cell.seconds:.2f} | `{cell.first_line[:60]}` |")
+        return "\n".join(lines) + "\n"
+
+
+class Progress:
+    """A bar on a terminal, plain lines elsewhere (CI logs, pipes)."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.done = 0
+
+    def start(self, index: int, first_line: str) -> None:
+        if self.tty:
+            filled = int(20 * self.done / max(self.total, 1))
+            bar = "#" * filled + "-" * (20 - filled)
+            self.stream.write(f"\r[{bar}] {self.done}/{self.total} cell {index}: {first_line[:50]:<50}")
+            self.stream.flush()
+
+    def finish(self, cell: CellRun) -> None:
+        self.done += 1
+        if self.tty:
+            if cell.status != "ok":
+                self.stream.write(f"\rcell {cell.index}: {cell.status}: {cell.error or ''}\n")
+        else:
+            self.stream.write(f"cell {cell.index} ({self.done}/{self.total}): {cell.status} {cell.seconds:.2f} s\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def load_notebook(path: str, kernel: str | None):
+    import nbformat
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise InvalidNotebook(f"no such notebook: {path}") from None
+    except Exception as exc:  # nbformat raises whatever a malformed structure makes its converters raise
+        raise InvalidNotebook(f"{path} is not a readable notebook ({type(exc).__name__}: {exc})") from None
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as exc:
+        raise InvalidNotebook(f"{path} is not a valid notebook: {exc.message}") from None
+    kernel_name = kernel or nb.metadata.get("kernelspec", {}).get("name")
+    if not kernel_name:
+        raise InvalidNotebook(f"{path} names no kernel (metadata.kernelspec is missing); pass --kernel python3")
+    return nb, kernel_name
+
+
+def _first_line(source: str) -> str:
+    return next((line.strip() for line in source.splitlines() if line.strip()), "")
+
+
+def _error_of(cell) -> str | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            evalue = str(output.get("evalue") or "")
+            return f"{output.get('ename')}: {evalue.splitlines()[0] if evalue else ''}"
+    return None
+
+
+class NotebookRunner:
+    def __init__(
+        self,
+        path: str,
+        *,
+        output: str | None = None,
+        on_poison: str = "stop",
+        timeout: float | None = None,
+        kernel: str | None = None,
+        progress_stream=None,
+    ) -> None:
+        self.path = path
+        self.output = output or str(Path(path).with_suffix("")) + ".executed.ipynb"
+        self.on_poison = on_poison
+        self.timeout = timeout
+        self.kernel = kernel
+        self.progress_stream = progress_stream
+
+    def run(self) -> RunOutcome:
+        nb, kernel_name = load_notebook(self.path, self.kernel)
+        outcome = RunOutcome(self.path, self.output, EXIT_OK, "all cells ran")
+        started = time.perf_counter()
+        try:
+            self._execute(nb, kernel_name, outcome)
+        finally:
+            outcome.seconds = time.perf_counter() - started
+            self._write(nb)
+        return outcome
+
+    def _write(self, nb) -> None:
+        import nbformat
+
+        Path(self.output).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, self.output)
+
+    def _execute(self, nb, kernel_name: str, outcome: RunOutcome) -> None:
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        client = NotebookClient(
+            nb,
+            timeout=self.timeout,
+            kernel_name=kernel_name,
+            allow_errors=True,
+            resources={"metadata": {"path": str(Path(self.path).resolve().parent)}},
+        )
+        code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        progress = Progress(len(code_cells), self.progress_stream)
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        with client.setup_kernel(env=env):
+            self._silent(client, "%load_ext nb_cudaguard")
+            for index, cell in code_cells:
+                first = _first_line(cell.source)
+                progress.start(index, first)
+                began = time.perf_counter()
+                status, error = "ok", None
+                try:
+                    client.execute_cell(cell, index)
+                    error = _error_of(cell)
+                    status = "error" if error else "ok"
+                except CellTimeoutError:
+                    status, error = "timeout", f"the cell ran longer than --timeout {self.timeout} s"
+                except DeadKernelError:
+                    status, error = "dead_kernel", "the kernel died while running this cell"
+                record = CellRun(index, cell.get("execution_count"), first, status, time.perf_counter() - began, error)
+                outcome.cells.append(record)
+                progress.finish(record)
+                if status == "ok":
+                    continue
+                if status == "error":
+                    incident = self._incident(client, index, error)
+                    outcome.incidents.append(incident)
+                    if "raises-exception" in cell.metadata.get("tags", []):
+                        continue
+                outcome.exit_code = EXIT_CELL_FAILED
+                outcome.message = f"cell {index} failed: {error}"
+                break
+        progress.close()
+
+    def _silent(self, client, code: str, user_expressions: dict | None = None) -> dict:
+        from nbclient.util import run_sync
+
+        reply = run_sync(client.kc.execute_interactive)(
+            code, silent=True, store_history=False, user_expressions=user_expressions or {}, timeout=60
+        )
+        return reply["content"]
+
+    def _incident(self, client, index: int, error: str | None) -> dict:
+        content = self._silent(client, "", {"report": _REPORT_EXPR})
+        found = content.get("user_expressions", {}).get("report", {})
+        incident = {"cell": index, "error": error or "", "classification": "unknown", "causes": []}
+        if found.get("status") == "ok":
+            report = json.loads(ast.literal_eval(found["data"]["text/plain"]))  # the repr of a str
+            incident.update(
+                classification=report["classification"],
+                causes=report["causes"],
+                assertions=report["assertions"],
+                notes=report.get("notes", []),
+            )
+        return incident

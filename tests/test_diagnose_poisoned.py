@@ -1,0 +1,50 @@
+"""After poisoning: unreadable values are inferred from shapes, CPU copies and the source, and said so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+import runner  # noqa: E402
+
+SETUP = """
+import torch
+import nb_cudaguard.testing
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+loader = DataLoader(TensorDataset(torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 1, 0])), batch_size=6)
+labels = torch.empty(6, dtype=torch.long, device="meta")  # stands for the GPU copy, unreadable once poisoned
+"""
+
+
+def _run(cells: list[str]):
+    scenario = runner.Scenario(Path("inline.py"), "", "", "", cells)
+    return runner.run(scenario, "cuda")
+
+
+def test_unreadable_labels_fall_back_to_a_cpu_copy_and_are_marked_inferred():
+    outcome = _run([SETUP, 'nb_cudaguard.testing.poison("label_out_of_range")'])
+    report = outcome.report
+    assert report.incident.classification == "poisoned"
+    top = outcome.top
+    assert top.family == "num_classes_mismatch" and top.variable == "labels"
+    copy = next(e for e in top.evidence if e.kind == "tensor")
+    assert not copy.direct and copy.variable == "loader.dataset.tensors[1]" and copy.values == [3]
+    assert "nn.Linear(16, 4)" in top.fix
+    assert any("not read" in note for note in report.diagnosis.notes)
+
+
+def test_without_a_copy_the_cause_is_inferred_from_metadata_and_source():
+    loader = "loader = DataLoader(TensorDataset(torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 1, 0])), batch_size=6)"
+    setup = SETUP.replace(loader, "num_classes = 4")
+    top = _run([setup, 'nb_cudaguard.testing.poison("label_out_of_range")']).top
+    assert top.family == "num_classes_mismatch" and top.variable == "labels"
+    assert not any(e.direct for e in top.evidence if e.kind == "tensor")
+    assert any("num_classes = 4" in e.text for e in top.evidence)

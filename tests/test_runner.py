@@ -1,0 +1,97 @@
+"""`nb-cudaguard run` on real notebooks through nbclient, and on broken inputs."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from nb_cudaguard.cli import main
+
+pytestmark = pytest.mark.kernel
+
+
+def _notebook(path, *sources, kernelspec=True, tags=None):
+    nb = nbformat.v4.new_notebook()
+    if kernelspec:
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# a notebook")]
+    for number, source in enumerate(sources):
+        cell = nbformat.v4.new_code_cell(source)
+        if tags and number in tags:
+            cell.metadata["tags"] = tags[number]
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_all_cells_run(tmp_path, capsys):
+    path = _notebook(tmp_path / "ok.ipynb", "x = 20", "print(x + 22)")
+    assert main(["run", str(path), "-o", str(tmp_path / "out.ipynb"), "--json", str(tmp_path / "r.json")]) == 0
+    executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert executed.cells[2].outputs[0]["text"] == "42\n"
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [c["status"] for c in report["cells"]] == ["ok", "ok"] and report["incidents"] == []
+
+
+def test_failing_cell_carries_the_report_and_stops(tmp_path):
+    pytest.importorskip("torch")
+    path = _notebook(
+        tmp_path / "bad.ipynb",
+        "import torch\nlogits = torch.randn(4, 3)\nlabels = torch.tensor([0, 1, 2, 3])",
+        "loss = torch.nn.functional.cross_entropy(logits, labels)",
+        "print('not reached')",
+    )
+    out, md = tmp_path / "out.ipynb", tmp_path / "r.md"
+    assert main(["run", str(path), "-o", str(out), "--report", str(md)]) == 1
+    executed = nbformat.read(out, as_version=4)
+    failing = executed.cells[2].outputs
+    bundle = next(o for o in failing if o["output_type"] == "display_data")["data"]
+    assert {"text/plain", "text/markdown", "text/html"} <= set(bundle)
+    assert "label_out_of_range" in bundle["text/markdown"]
+    assert executed.cells[3].outputs == []
+    text = md.read_text()
+    assert "Incident 1: cell 2 (not_cuda)" in text and "`label_out_of_range`" in text
+
+
+def test_raises_exception_tag_lets_the_run_go_on(tmp_path):
+    path = _notebook(tmp_path / "t.ipynb", "1/0", "print('after')", tags={0: ["raises-exception"]})
+    assert main(["run", str(path), "-o", str(tmp_path / "o.ipynb")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no such notebook"), ("{not json", "not a readable notebook"), ('{"cells": 3}', "not")],
+)
+def test_invalid_notebooks_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "broken.ipynb"
+    if content is not None:
+        path.write_text(content)
+    assert main(["run", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_no_kernelspec_is_a_clear_error_and_kernel_overrides_it(tmp_path, capsys):
+    path = _notebook(tmp_path / "nospec.ipynb", "print(1)", kernelspec=False)
+    assert main(["run", str(path)]) == 2
+    assert "--kernel python3" in capsys.readouterr().err
+    assert main(["run", str(path), "--kernel", "python3", "-o", str(tmp_path / "o.ipynb")]) == 0
+
+
+def test_timeout_writes_the_partial_notebook(tmp_path):
+    path = _notebook(tmp_path / "slow.ipynb", "a = 1", "import time\ntime.sleep(30)", "b = 2")
+    out = tmp_path / "o.ipynb"
+    assert main(["run", str(path), "-o", str(out), "--timeout", "3", "--json", str(tmp_path / "r.json")]) == 1
+    statuses = [c["status"] for c in json.loads((tmp_path / "r.json").read_text())["cells"]]
+    assert statuses == ["ok", "timeout"]
+    assert nbformat.read(out, as_version=4).cells[1]["execution_count"] == 1
+
+
+def test_a_kernel_that_dies(tmp_path):
+    path = _notebook(tmp_path / "die.ipynb", "x = 1", "import os\nos._exit(1)", "y = 2")
+    out = tmp_path / "o.ipynb"
+    assert main(["run", str(path), "-o", str(out), "--json", str(tmp_path / "r.json")]) == 1
+    statuses = [c["status"] for c in json.loads((tmp_path / "r.json").read_text())["cells"]]
+    assert statuses == ["ok", "dead_kernel"]
+    assert out.exists()
