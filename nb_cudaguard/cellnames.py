@@ -18,6 +18,15 @@ _BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "
 # Magics whose argument (line magics) or body (cell magics) is Python that runs in the user namespace.
 _PYTHON_LINE_MAGICS = frozenset({"time", "timeit", "prun", "debug"})
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "prun", "capture", "debug", "cudacheck"})
+# Methods that only read their object (a tensor's ``sum``, a dict's ``get``...). Any other method call counts as
+# a possible mutation of the object it is called on; being wrong that way only makes a replay plan longer.
+_READ_ONLY_METHODS = frozenset(
+    {
+        "all", "any", "argmax", "argmin", "clone", "copy", "count", "detach", "dim", "endswith", "format", "get",
+        "index", "item", "items", "join", "keys", "max", "mean", "min", "named_parameters", "numel", "numpy",
+        "parameters", "size", "split", "startswith", "state_dict", "std", "sum", "tolist", "values",
+    }
+)  # fmt: skip
 
 
 @dataclass
@@ -217,7 +226,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         # obj.method(...) may change obj in place (list.append, model.to, optimizer.step): count it as a mutation.
-        if isinstance(func, ast.Attribute):
+        if isinstance(func, ast.Attribute) and func.attr not in _READ_ONLY_METHODS:
             root = _root_name(func.value)
             if root is not None:
                 self.names.mutated.add(root)

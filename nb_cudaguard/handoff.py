@@ -34,7 +34,15 @@ _MAX_BYTES = 512 * 1024 * 1024
 
 
 class HandoffError(Exception):
-    """A handoff that was refused: nothing in it was executed."""
+    """A handoff that was refused: nothing in it was executed.
+
+    ``document`` is what the file held, unverified, when it could be parsed: the requests kept in it are signed
+    one by one by their clients, so the new process can still answer those (with an error) without trusting it.
+    """
+
+    def __init__(self, message: str, document: dict | None = None) -> None:
+        super().__init__(message)
+        self.document = document
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ def _mac(key: bytes, body: str) -> str:
 
 
 def write(binding: Binding, payload: dict) -> Path:
-    """Write atomically (temporary file, fsync, rename) and return the path."""
+    """Write atomically (temporary file, then rename) and return the path."""
     if not binding.key:
         raise HandoffError("nb_cudaguard: no key to sign the handoff with; the restart was not started.")
     body = json.dumps(
@@ -119,9 +127,7 @@ def write(binding: Binding, payload: dict) -> Path:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(document)
-            handle.flush()
-            os.fsync(handle.fileno())
+            handle.write(document)  # no fsync: the exec keeps the page cache, and this runs in its critical path
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -138,14 +144,15 @@ def pending(binding: Binding) -> Path | None:
     return path if os.path.lexists(path) else None
 
 
-def _refuse(path: Path, reason: str) -> HandoffError:
+def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffError:
     aside = path.with_name(path.name + ".refused")
     try:
         os.replace(path, aside)
         where = f" It was moved to {aside}."
     except OSError:
         where = ""
-    return HandoffError(f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}")
+    message = f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}"
+    return HandoffError(message, document)
 
 
 def consume(binding: Binding, path: Path | None = None) -> dict:
@@ -169,12 +176,16 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
         body, mac = document["body"], document["mac"]
     except (ValueError, KeyError, TypeError):
         raise _refuse(path, "it is not a handoff file (unreadable JSON)")
-    if not binding.key or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(binding.key, body)):
-        raise _refuse(path, "it was not written by this kernel, or it was changed after it was written")
-    data = json.loads(body)
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        data = None
+    if not binding.key or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(binding.key, str(body))):
+        raise _refuse(path, "it was not written by this kernel, or it was changed after it was written", data)
     if data.get("kind") != binding.kind or data.get("ident") != binding.ident:
-        raise _refuse(path, f"it belongs to {data.get('kind')} {data.get('ident')}, not to this {binding.description}")
+        where = f"{data.get('kind')} {data.get('ident')}"
+        raise _refuse(path, f"it belongs to {where}, not to this {binding.description}", data)
     if data.get("format") != FORMAT:
-        raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}")
+        raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}", data)
     path.unlink(missing_ok=True)
     return data["payload"]

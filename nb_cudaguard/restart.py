@@ -34,9 +34,10 @@ from . import handoff, reexec
 from .replay_plan import MODES, ReplayPlan, build_plan
 
 RESTART_STATUS = "restart"
-_SETTLE_SECONDS = 0.03
+_SETTLE_SECONDS = 0.01
 _SETTLE_LIMIT = 0.5
 _CLOSE_TIMEOUT = 3.0
+_IOPUB_GRACE = 0.01
 _STARTUP_FILE = "00-nb_cudaguard-resume.py"
 
 
@@ -150,6 +151,8 @@ class _KernelRestart:
         self.options = options
         self.pending: list[list[bytes]] = []
         self.record = getattr(guard, "_current", None)
+        self.journal_json: str | None = None
+        self.children: list[str] = []
         self._handlers: dict | None = None
         self.binding = handoff.binding_for(shell, create_secret=True)
 
@@ -210,16 +213,21 @@ class _KernelRestart:
         stage = "preparing"
         try:
             await self._after_restart_request()
-            children = await asyncio.get_running_loop().run_in_executor(None, reexec.end_children)
             _mark_restart_cell(self.record)
-            self._write(children)  # early, so that a handoff we cannot write stops us before anything is closed
-            stage = "closing the channels"
-            await self._stop_reading_requests()
-            path = self._write(children)
-            os.environ[handoff.ENV_PATH] = str(path)
+            self.journal_json = self.guard.journal.to_json()  # once: the last write sits right before the exec
+            self._write([])  # early, so that a handoff we cannot write stops us before anything is closed
+            stage = "stopping"
+            socket = await self._stop_reading_requests()
+            self.children = reexec.end_children()
             self.guard.unregister()
             reexec.restore_std_fds()
-            self._close_channels()
+            self._flush_iopub()
+            # The shell socket stays open to the last moment and is read once more just before the exec: a
+            # request that reaches it unread is lost with it, while one sent after the exec waits in its client's
+            # queue until the new process binds the same port.
+            self.pending += _drain(socket)
+            path = self._write(self.children)
+            os.environ[handoff.ENV_PATH] = str(path)
             stage = "exec"
             if self.options["method"] == "exit":
                 raise OSError("the exit path was asked for")
@@ -236,7 +244,8 @@ class _KernelRestart:
         if lock is not None:
             async with lock:  # held by the restart request until its reply and idle are sent
                 pass
-        await self._settle()
+        else:
+            await self._settle()
 
     async def _settle(self) -> None:
         """Let requests already inside the process reach the capture, until none arrives for a moment."""
@@ -246,8 +255,8 @@ class _KernelRestart:
             seen = len(self.pending)
             await asyncio.sleep(_SETTLE_SECONDS)
 
-    async def _stop_reading_requests(self) -> None:
-        """Stop the shell socket's reader, keep what is still queued in it, and stop the shell channel thread."""
+    async def _stop_reading_requests(self):
+        """Stop the shell socket's reader and the shell channel thread; keep what is queued; return the socket."""
         kernel = self.kernel
         thread = getattr(kernel, "shell_channel_thread", None)
         stream = getattr(thread, "shell_stream", None) or kernel.shell_stream
@@ -268,6 +277,7 @@ class _KernelRestart:
             stream.stop_on_recv()
             await self._settle()
         self.pending += _drain(stream.socket)
+        return stream.socket
 
     def _write(self, children: list[str]) -> Path:
         return handoff.write(
@@ -278,6 +288,7 @@ class _KernelRestart:
                 self.plan,
                 self.options,
                 children_ended=children,
+                journal=self.journal_json,
                 pending=[[_b64(frame) for frame in frames] for frames in self.pending],
                 parent_header=self.parent,
                 display_id=self.display_id,
@@ -285,14 +296,12 @@ class _KernelRestart:
             ),
         )
 
-    def _close_channels(self) -> None:
-        """ipykernel's own orderly close (flushes iopub and the replies), bounded in time."""
-        from ipykernel.kernelapp import IPKernelApp
-
-        app = IPKernelApp.instance()
-        closer = threading.Thread(target=app.close, name="nb_cudaguard-close", daemon=True)
-        closer.start()
-        closer.join(_CLOSE_TIMEOUT)
+    def _flush_iopub(self) -> None:
+        """Let the iopub thread send what is queued (the restart request's idle, the last output), then stop it."""
+        thread = getattr(self.kernel, "iopub_thread", None)
+        if thread is not None:
+            thread.stop()
+            time.sleep(_IOPUB_GRACE)  # libzmq's own I/O thread puts the last messages on the wire
 
     async def _abort(self, exc: BaseException) -> None:
         """Nothing is closed yet: run the kept requests here after all and carry on in this process."""
@@ -313,7 +322,7 @@ class _KernelRestart:
         """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
         self.options["method"] = "exit"
         try:
-            self._write([])
+            self._write(self.children)
             _write_startup_file(self.shell)
         finally:
             message = (
@@ -347,18 +356,21 @@ def _b64(frame) -> str:
 
 
 def _write_startup_file(shell) -> Path | None:
-    """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a one-shot
-    startup file in the profile loads nb_cudaguard there (and deletes itself)."""
+    """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a startup
+    file in the profile loads nb_cudaguard there. Every kernel of the profile runs it, so it acts (and deletes
+    itself) only in the kernel that the handoff is bound to."""
     startup_dir = getattr(getattr(shell, "profile_dir", None), "startup_dir", None)
     if not startup_dir:
         return None
     path = Path(startup_dir) / _STARTUP_FILE
     path.write_text(
-        "# Written by nb_cudaguard for one restart; it deletes itself.\n"
-        "import os as _nb_cudaguard_os\n"
-        f"_nb_cudaguard_os.unlink({str(path)!r})\n"
-        "del _nb_cudaguard_os\n"
-        "get_ipython().run_line_magic('load_ext', 'nb_cudaguard')\n",
+        "# Written by nb_cudaguard for the replay after one kernel restart; that kernel deletes it.\n"
+        "try:\n"
+        "    from nb_cudaguard.resume import load_after_exit as _nb_cudaguard_load\n"
+        f"    _nb_cudaguard_load(get_ipython(), {str(path)!r})\n"
+        "    del _nb_cudaguard_load\n"
+        "except ImportError:\n"
+        "    pass\n",
         encoding="utf-8",
     )
     return path

@@ -26,7 +26,7 @@ from .replay_plan import ReplayPlan
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
 # dropped by the ROUTER socket: requests from the restart window are answered once a client has subscribed to
-# iopub again, or at the latest this long after nb_cudaguard loaded (the sockets were bound before that).
+# iopub again, or at the latest this long after the sockets were bound.
 _CLIENT_WAIT = 0.3
 _OUTPUT_TAIL = 2000
 
@@ -105,6 +105,12 @@ def resume_after_restart(shell, guard) -> None:
         guard.restart_failure = str(exc)
         _log(shell, str(exc))
         _show_once(shell, lambda: guard.restart_failure)
+        kernel = getattr(shell, "kernel", None)
+        if kernel is not None and isinstance(exc.document, dict):
+            from tornado.ioloop import IOLoop
+
+            kept = _KeptRequests(kernel, _frames(exc.document.get("payload", {})))
+            IOLoop.current().add_callback(kept.refuse, "The restart handoff was refused (see the kernel log).")
         return
     finally:
         os.environ.pop(handoff.ENV_SECRET, None)
@@ -115,6 +121,35 @@ def resume_after_restart(shell, guard) -> None:
         shell.execution_count = int(payload["execution_count"])
     plan = ReplayPlan.from_dict(payload["plan"], journal)
     _Resume(shell, guard, payload, plan).start()
+
+
+def load_after_exit(shell, startup_file: str) -> None:
+    """Run by the startup file the exit path leaves: load nb_cudaguard (which replays) only in the kernel the
+    handoff belongs to, and remove the file there."""
+    if handoff.pending(handoff.binding_for(shell)) is None:
+        return
+    os.unlink(startup_file)
+    shell.run_line_magic("load_ext", "nb_cudaguard")
+
+
+def _seconds_since_bind(kernel) -> float:
+    """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
+    records each thread's start (in clock ticks since boot). 0 where that cannot be read."""
+    thread = getattr(getattr(kernel, "iopub_thread", None), "thread", None)
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as uptime:
+            return max(0.0, float(uptime.read().split()[0]) - started)
+    except (AttributeError, OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _frames(payload: dict) -> list[list[bytes]]:
+    try:
+        return [[base64.b64decode(frame) for frame in frames] for frames in payload.get("pending", [])]
+    except (TypeError, ValueError, AttributeError):
+        return []
 
 
 def _log(shell, text: str) -> None:
@@ -152,10 +187,7 @@ class _Resume:
             children_ended=list(payload.get("children_ended", [])),
         )
         guard.last_replay = self.outcome
-        self.pending = [[base64.b64decode(f) for f in frames] for frames in payload.get("pending", [])]
-        self._clients_back = threading.Event()
-        self._loaded_at = time.monotonic()
-        self._watch_for_clients()
+        self.requests = _KeptRequests(self.kernel, _frames(payload)) if self.kernel is not None else None
 
     def start(self) -> None:
         _show_once(self.shell, self._next_cell_text)
@@ -187,7 +219,8 @@ class _Resume:
                 self.outcome.diagnosis = self._diagnose()
             self.outcome.done = True
             self._progress_done()
-            await self._serve_pending()
+            if self.requests is not None:
+                self.outcome.served = await self.requests.run()
 
     def run_sync(self) -> None:
         started = time.perf_counter()
@@ -281,7 +314,17 @@ class _Resume:
         topic = self.kernel._topic("update_display_data") if hasattr(self.kernel, "_topic") else None
         self.kernel.session.send(self.kernel.iopub_socket, "update_display_data", content, parent, ident=topic)
 
-    # --- requests that arrived during the restart
+
+class _KeptRequests:
+    """The shell requests that reached the old process during the restart, answered here once clients are back."""
+
+    def __init__(self, kernel, frames: list[list[bytes]]) -> None:
+        self.kernel = kernel
+        self.frames = frames
+        self._clients_back = threading.Event()
+        self._bound_at = time.monotonic() - _seconds_since_bind(kernel)
+        self._watch_for_clients()
+
     def _watch_for_clients(self) -> None:
         """A client that subscribes to iopub again is back; replies sent before that would be dropped."""
         iopub = getattr(self.kernel, "iopub_thread", None)
@@ -296,17 +339,41 @@ class _Resume:
 
         iopub._send_welcome_message = send_welcome
 
-    async def _serve_pending(self) -> None:
-        if not self.pending:
-            return
-        while not self._clients_back.is_set() and time.monotonic() - self._loaded_at < _CLIENT_WAIT:
+    async def _clients_reconnected(self) -> None:
+        while not self._clients_back.is_set() and time.monotonic() - self._bound_at < _CLIENT_WAIT:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
+
+    async def run(self) -> int:
+        """Run each request as if it had just arrived, in order, replying to its own client."""
+        if not self.frames:
+            return 0
+        await self._clients_reconnected()
         import zmq
 
-        for frames in self.pending:
+        for frames in self.frames:
             await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in frames])
-            self.outcome.served += 1
+        return len(self.frames)
+
+    async def refuse(self, reason: str) -> None:
+        """Answer each *signed* request without running it: an execute request gets a clear error instead."""
+        if not self.frames:
+            return
+        await self._clients_reconnected()
+        import zmq
+
+        session = self.kernel.session
+        for frames in self.frames:
+            try:
+                idents, rest = session.feed_identities(frames)
+                msg = session.deserialize(rest)  # checks the request's own signature with the kernel's key
+            except Exception:
+                continue  # not from a client of this kernel: not answered
+            if msg["header"].get("msg_type") == "execute_request":
+                text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
+                msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
+            signed = session.serialize(msg, ident=idents)
+            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in signed])
 
 
 def _tail(text: str) -> str:

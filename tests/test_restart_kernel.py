@@ -1,0 +1,281 @@
+"""Restart and replay in real kernels: ipykernel through jupyter_client, and terminal IPython through a pipe."""
+
+from __future__ import annotations
+
+import ast
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nb_cudaguard.kernelsession import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+# Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
+def value(kernel: KernelSession, expression: str):
+    result = kernel.run(f"print(repr({expression}))", timeout=60)
+    assert result.status == "ok", (expression, result.error, result.stderr)
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
+def run_ok(kernel: KernelSession, code: str, timeout: float = 60):
+    result = kernel.run(code, timeout=timeout)
+    assert result.status == "ok", (code, result.error, result.stderr)
+    return result
+
+
+@pytest.fixture
+def kernel():
+    with KernelSession(extra_env=ENV) as session:
+        run_ok(session, "%load_ext nb_cudaguard")
+        run_ok(session, "import os\nPID = os.getpid()")
+        yield session
+
+
+def test_restart_rebuilds_the_session_after_a_device_assert(kernel):
+    cells = [
+        "import torch\nimport torch.nn.functional as F",
+        "torch.manual_seed(0)\nmodel = torch.nn.Linear(3, 4)",
+        "data = torch.arange(6.0).reshape(2, 3)",
+        "def logits_of(x):\n    return model(x) * scale",
+        "labels = [0]",
+        "labels.append(7)",
+        "unrelated = sum(range(1000))",
+        "scale = 2.0",
+        "%cudaguard simulate on",
+    ]
+    for cell in cells:
+        run_ok(kernel, cell)
+    weight_sum = value(kernel, "model.weight.sum().item()")
+    failing = kernel.run("loss = F.cross_entropy(logits_of(data), torch.tensor(labels))")
+    assert failing.status == "error" and "device-side assert" in failing.error["evalue"]
+    assert kernel.run("torch.ones(1) + 1").status == "error"  # the simulated context is poisoned
+    assert value(kernel, "__import__('importlib').import_module('nb_cudaguard.testing').is_poisoned()") is True
+
+    started = time.monotonic()
+    restart = run_ok(kernel, "%cudaguard restart --replay minimal")
+    assert time.monotonic() - started < 5, "the restart cell must get its reply before the exec"
+    assert "replaying 7 cell(s)" in restart.texts()[0]
+
+    first = run_ok(kernel, "print(labels, scale)", timeout=120)
+    assert "replayed 7/7 cell(s)" in first.stdout and "0 failure(s)" in first.stdout
+    assert first.stdout.strip().splitlines()[-1] == "[0, 7] 2.0"
+    assert value(kernel, "__import__('importlib').import_module('nb_cudaguard.testing').is_poisoned()") is False
+    assert value(kernel, "model.weight.sum().item()") == weight_sum
+    assert value(kernel, "data.sum().item()") == 15.0
+    assert value(kernel, "tuple(logits_of(data).shape)") == (2, 4)
+    assert value(kernel, "(torch.ones(1) + 1).item()") == 2.0  # the fault is gone
+    assert value(kernel, "'unrelated' in dir()") is False  # not needed by the failing cell, not replayed
+    assert value(kernel, "'PID' in dir()") is False  # the cell that bound it is not needed either
+    assert kernel.pid is not None and value(kernel, "__import__('os').getpid()") == kernel.pid
+
+
+def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel):
+    run_ok(kernel, "log = []\nbase = 40")
+    kc = kernel.kc
+    restart_id = kc.execute("%cudaguard restart --replay all")
+    first_id = kc.execute("log.append('first'); print(base + 2)")
+    second_id = kc.execute("log.append('second')")
+    replies = {}
+    deadline = time.monotonic() + 120
+    while len(replies) < 3 and time.monotonic() < deadline:
+        msg = kc.get_shell_msg(timeout=120)
+        replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+    assert replies == {restart_id: "ok", first_id: "ok", second_id: "ok"}
+    assert value(kernel, "log") == ["first", "second"]
+    assert value(kernel, "os.getpid() == PID") is True
+
+
+def test_restart_without_replay_starts_empty_in_the_same_process(kernel):
+    run_ok(kernel, "x = 1")
+    # what would keep a GPU context alive across the exec: a child process, and an fd without close-on-exec
+    child = value(kernel, "__import__('subprocess').Popen(['sleep', '300']).pid")
+    inherited = value(kernel, "os.set_inheritable(fd := os.open('/dev/null', os.O_RDONLY), True) or fd")
+    run_ok(kernel, "import nb_cudaguard\nnb_cudaguard.restart(replay='none')")
+    result = run_ok(kernel, "print('x' in dir(), 'PID' in dir())")
+    assert "replayed 0/0 cell(s)" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "False False"
+    assert value(kernel, "__import__('os').getpid()") == kernel.pid
+    assert not os.path.exists(f"/proc/{child}"), "the child process must end before the exec"
+    assert value(kernel, f"__import__('os').path.exists('/proc/self/fd/{inherited}')") is False
+    assert f"{child} (sleep 300)" in run_ok(kernel, "%cudaguard replay --report").stdout
+
+
+def test_two_restarts_in_a_row_keep_the_whole_history(kernel):
+    run_ok(kernel, "a = 1")
+    run_ok(kernel, "%cudaguard restart --replay all")
+    run_ok(kernel, "b = a + 1")
+    run_ok(kernel, "%cudaguard restart --replay all")
+    assert value(kernel, "(a, b, os.getpid() == PID)") == (1, 2, True)
+    report = run_ok(kernel, "%cudaguard replay --report").stdout
+    assert "b = a + 1" in report and "a = 1" in report
+    sources = value(kernel, "[c.source for c in __import__('nb_cudaguard').get_guard().journal]")
+    assert sources.count("%cudaguard restart --replay all") == 2
+
+
+def test_a_replayed_cell_that_fails_is_reported_and_stops_the_replay(kernel, tmp_path):
+    data_file = tmp_path / "input.txt"
+    data_file.write_text("hello")
+    run_ok(kernel, "before = 1")
+    run_ok(kernel, f"text = open({str(data_file)!r}).read()")
+    run_ok(kernel, "after = text.upper()")
+    data_file.unlink()  # the cell that read it will fail when it is replayed
+    run_ok(kernel, "%cudaguard restart --replay all")
+    result = run_ok(kernel, "print([n for n in ('before', 'text', 'after') if n in globals()])")
+    assert "1 failure(s)" in result.stdout and "FileNotFoundError" in result.stdout
+    assert "Not run: [" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "['before']"
+    report = run_ok(kernel, "%cudaguard replay --report").stdout
+    assert "Failed: [" in report and "text = open(" in report and "Names that exist now:" in report
+
+
+TAMPER = """
+import json, nb_cudaguard.handoff as handoff
+real_write = handoff.write
+def write_then_{kind}(binding, payload):
+    path = real_write(binding, payload)
+    document = json.loads(path.read_text())
+    if "{kind}" == "tamper":
+        document["body"] = document["body"].replace("marker = 1", "marker = 666")
+        path.write_text(json.dumps(document))
+    else:
+        real_write(handoff.Binding(binding.kind, binding.ident, b"another kernel's key"), payload)
+    return path
+handoff.write = write_then_{kind}
+"""
+
+
+@pytest.mark.parametrize(("kind", "why"), [("tamper", "changed after it was written"), ("foreign", "not written by")])
+def test_a_tampered_or_foreign_handoff_is_refused_and_never_run(kernel, kind, why):
+    run_ok(kernel, "marker = 1")
+    run_ok(kernel, TAMPER.format(kind=kind))
+    run_ok(kernel, "%cudaguard restart --replay all")
+    # sent at once: the old process may still be there to keep it, and then it comes back in the refused handoff
+    first = kernel.run("print('marker' in globals())", timeout=60)
+    if first.status == "error":
+        assert "was sent while the kernel restarted and was not run" in first.error["evalue"]
+    else:
+        assert first.stdout.strip().splitlines()[-1] == "False"
+    assert "refused the restart handoff" in first.stdout and why in first.stdout
+    assert "nothing in it was run" in first.stdout
+    assert value(kernel, "('marker' in globals(), 'PID' in globals())") == (False, False)
+    assert value(kernel, "__import__('os').getpid()") == kernel.pid
+
+
+def _terminal_ipython():
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **ENV)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    argv = [sys.executable, "-m", "IPython", "--simple-prompt", "--no-banner", "--colors=nocolor", "--quick"]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+
+
+def test_terminal_ipython_restarts_in_place_and_replays():
+    process = _terminal_ipython()
+    seen = b""
+
+    def send(line: str, wait_for: str, timeout: float = 60) -> None:
+        # one line at a time: the exec drops whatever Python had already read ahead from stdin
+        nonlocal seen
+        process.stdin.write(line.encode() + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while wait_for.encode() not in seen:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if select.select([process.stdout], [], [], 0.2)[0]:
+                chunk = os.read(process.stdout.fileno(), 65536)
+                assert chunk, seen.decode(errors="replace")
+                seen += chunk
+
+    try:
+        send("%load_ext nb_cudaguard", "In [2]")
+        send("import os; items = [1, 2]; pid0 = os.getpid()", "In [3]")
+        send("items.append(3)", "In [4]")
+        send("%cudaguard restart --replay all", "In [5]")
+        send("print('AFTER', os.getpid() == pid0, items)", "AFTER True [1, 2, 3]")
+    finally:
+        process.stdin.close()
+        process.wait(30)
+    text = seen.decode()
+    assert "restarting IPython in place" in text
+    assert "replaying 2/2: [3] items.append(3)" in text
+    assert "replayed 2/2 cell(s)" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_restart_frees_gpu_memory_after_a_real_device_assert(kernel):
+    run_ok(kernel, "import torch\nblock = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda')")
+    free_before, _ = value(kernel, "torch.cuda.mem_get_info()")
+    poisoned = kernel.run(
+        "loss = torch.nn.functional.nll_loss(torch.randn(4, 3, device='cuda'), "
+        "torch.tensor([0, 1, 2, 9], device='cuda'))\ntorch.cuda.synchronize()"
+    )
+    assert poisoned.status == "error" and "device-side assert" in (poisoned.error["evalue"] + poisoned.stderr)
+    run_ok(kernel, "%cudaguard restart --replay none")
+    assert value(kernel, "__import__('os').getpid()") == kernel.pid
+    free_after, _ = value(kernel, "__import__('torch').cuda.mem_get_info()")
+    assert free_after - free_before > 1.5 * 1024**3  # the 2 GiB block and the old context are gone
+    assert value(kernel, "(__import__('torch').ones(1, device='cuda') + 1).item()") == 2.0
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    used = [int(line.split(",")[1]) for line in smi.splitlines() if line.split(",")[0].strip() == str(kernel.pid)]
+    assert used and used[0] < 1024  # MiB: one fresh context, not the old 2 GiB
+
+
+def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_replays(tmp_path):
+    """Where the exec is not possible: the kernel exits, jupyter_client's restarter relaunches it from the
+    kernelspec, and a one-shot startup file in the profile loads nb_cudaguard there."""
+    import asyncio
+
+    from jupyter_client.ioloop import AsyncIOLoopKernelManager
+
+    async def scenario() -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        env.update(ENV, IPYTHONDIR=str(tmp_path))  # the startup file goes into this profile only
+        manager = AsyncIOLoopKernelManager(kernel_name="python3")
+        await manager.start_kernel(env=env)
+        manager._restarter.random_ports_until_alive = False  # keep the ports, so that this client reconnects
+        manager._restarter.time_to_dead = 0.5
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            first_pid = manager.provisioner.process.pid
+
+            async def run(code: str) -> tuple[str, str]:
+                texts: list[str] = []
+                reply = await client.execute_interactive(
+                    code, timeout=60, output_hook=lambda m: texts.append(m["content"].get("text", ""))
+                )
+                return reply["content"]["status"], "".join(texts)
+
+            restart = "import nb_cudaguard\nnb_cudaguard.restart('all', method='exit')"
+            for code in ("%load_ext nb_cudaguard", "x = 41", restart):
+                assert (await run(code))[0] == "ok"
+            for _ in range(120):
+                await asyncio.sleep(0.25)
+                if manager.provisioner.process.pid != first_pid:
+                    break
+            assert manager.provisioner.process.pid != first_pid
+            await client.wait_for_ready(timeout=60)
+            status, text = await run("print(x + 1)")
+            assert status == "ok" and text.endswith("42\n")
+            assert "exit and auto-restart by the kernel manager" in text and "replayed 1/1 cell(s)" in text
+            assert not (tmp_path / "profile_default" / "startup" / "00-nb_cudaguard-resume.py").exists()
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+
+    asyncio.run(scenario())
