@@ -17,6 +17,7 @@ OUT = Path(__file__).resolve().parent.parent / "example_notebooks"
 LOAD = "%load_ext nb_cudaguard"
 
 SETUP = """import torch
+
 if not torch.cuda.is_available():
     %cudaguard simulate on
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -27,6 +28,7 @@ RESTART = """# Click "Restart & replay" in the panel above, or run this cell: th
 %cudaguard restart"""
 
 CHECK_REPORT = """import nb_cudaguard
+
 report = nb_cudaguard.get_guard().last_report
 print("classification:", report.incident.classification)
 print("top cause:", report.diagnosis.top.family, "in", report.diagnosis.top.variable)
@@ -59,9 +61,8 @@ NOTEBOOKS = {
             "class CarNet(nn.Module):\n"
             "    def __init__(self, num_classes):\n"
             "        super().__init__()\n"
-            "        self.features = nn.Sequential(\n"
-            "            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten()\n"
-            "        )\n"
+            "        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), "
+            "nn.Flatten())\n"
             "        self.classifier = nn.Linear(8 * 4 * 4, num_classes)\n\n"
             "    def forward(self, x):\n"
             "        return self.classifier(self.features(x))\n\n\n"
@@ -96,8 +97,8 @@ NOTEBOOKS = {
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
             "    optimizer.step()\n"
-            'print(f"trained one epoch on {len(loader.dataset)} images, {NUM_CLASSES} classes: "\n'
-            '      f"loss {loss.item():.3f}")',
+            'print(f"trained one epoch on {len(loader.dataset)} images, {NUM_CLASSES} classes: '
+            'loss {loss.item():.3f}")',
         ),
     ],
     "02_text_classifier_labels_out_of_range.ipynb": [
@@ -113,9 +114,14 @@ NOTEBOOKS = {
             "code",
             "from torch import nn\n\n"
             "texts = [\n"
-            '    "stocks rally as markets close higher", "team wins the cup final", "new phone chip is faster",\n'
-            '    "leaders meet to discuss trade", "shares fall after weak earnings", "striker scores twice",\n'
-            '    "software update fixes bugs", "election results announced",\n'
+            '    "stocks rally as markets close higher",\n'
+            '    "team wins the cup final",\n'
+            '    "new phone chip is faster",\n'
+            '    "leaders meet to discuss trade",\n'
+            '    "shares fall after weak earnings",\n'
+            '    "striker scores twice",\n'
+            '    "software update fixes bugs",\n'
+            '    "election results announced",\n'
             "]\n"
             "topics = [3, 2, 4, 1, 3, 2, 4, 1]  # AG News: 1 World, 2 Sports, 3 Business, 4 Sci/Tech\n"
             'vocab = {"[PAD]": 0, "[UNK]": 1}\n'
@@ -149,7 +155,7 @@ NOTEBOOKS = {
         ),
         (
             "code",
-            "for epoch in range(3):\n"
+            "for _ in range(3):\n"
             "    loss, logits = model(input_ids.to(device), labels=labels.to(device))\n"
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
@@ -163,7 +169,7 @@ NOTEBOOKS = {
             "code",
             "labels = torch.tensor(topics) - 1\n"
             "assert labels.min() >= 0 and labels.max() < config.num_labels\n"
-            "for epoch in range(3):\n"
+            "for _ in range(3):\n"
             "    loss, logits = model(input_ids.to(device), labels=labels.to(device))\n"
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
@@ -219,7 +225,7 @@ NOTEBOOKS = {
         ),
         (
             "code",
-            'words = "hello how are you today i am fine thanks".split()\n'
+            'words = ["hello", "how", "are", "you", "today", "i", "am", "fine", "thanks"]\n'
             "tokenizer = WordTokenizer(words)\n"
             "model = TinyLM(LMConfig(vocab_size=len(tokenizer))).to(device)\n"
             'tokenizer.add_tokens(["<|user|>", "<|assistant|>"])  # the chat template\'s markers\n'
@@ -237,8 +243,8 @@ NOTEBOOKS = {
             "code",
             "model.resize_token_embeddings(len(tokenizer))\n"
             'logits = model(batch["input_ids"].to(device))\n'
-            'print(f"embedding rows {model.embed_tokens.num_embeddings} = len(tokenizer) {len(tokenizer)}; '
-            'logits {tuple(logits.shape)}")',
+            "rows = model.embed_tokens.num_embeddings\n"
+            'print(f"embedding rows {rows} = len(tokenizer) {len(tokenizer)}; logits {tuple(logits.shape)}")',
         ),
     ],
     "04_bce_loss_on_raw_logits.ipynb": [
@@ -263,7 +269,7 @@ NOTEBOOKS = {
         ),
         (
             "code",
-            "for step in range(5):\n"
+            "for _ in range(5):\n"
             "    logits = model(features.to(device))\n"
             "    loss = criterion(logits, tags.to(device))\n"
             "    optimizer.zero_grad()\n"
@@ -280,7 +286,7 @@ NOTEBOOKS = {
         (
             "code",
             "criterion = nn.BCEWithLogitsLoss()\n"
-            "for step in range(5):\n"
+            "for _ in range(5):\n"
             "    logits = model(features.to(device))\n"
             "    loss = criterion(logits, tags.to(device))\n"
             "    optimizer.zero_grad()\n"
