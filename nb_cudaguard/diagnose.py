@@ -80,6 +80,10 @@ def _sources(incident: Incident, code: str | None, journal: Iterable | None) -> 
     return sources
 
 
+def _raised_in_torch(incident: Incident) -> bool:
+    return incident.exc_type.startswith("torch") or any("torch" in f.filename for f in incident.frames)
+
+
 def _failing_line(incident: Incident) -> LineFacts:
     frame = incident.user_frame
     return line_facts(frame.line) if frame is not None and frame.line else LineFacts()
@@ -95,6 +99,9 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
     hints = textual.hints_for(incident)
+    plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
+    if plain_python_error and code is None and not asserted and not hints:
+        return diagnosis  # the user's tensors have nothing to do with it
     expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,
@@ -158,7 +165,10 @@ def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cau
             cause.confidence = own[family] * CONTRADICTION
         else:
             cause.confidence = max(own[family], cause.confidence if family in asserted else 0.0)
-    return sorted(merged.values(), key=lambda c: (c.family == "other", -c.confidence))
+    ranked = sorted(merged.values(), key=lambda c: (c.family == "other", -c.confidence))
+    if ranked and ranked[0].family != "other" and ranked[0].confidence >= 0.5:
+        ranked = [c for c in ranked if c.family != "other"]  # "a kernel failed" adds nothing to a named cause
+    return ranked
 
 
 def _fix_for(family: str, asserted: dict[str, Cause]) -> str:

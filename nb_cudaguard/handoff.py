@@ -85,17 +85,18 @@ def binding_for(shell, create_secret: bool = False) -> Binding:
     return Binding("terminal", str(os.getpid()), _process_secret(create_secret))
 
 
-def private_dir() -> Path:
+def private_dir(create: bool = True) -> Path:
     """``$XDG_RUNTIME_DIR/nb_cudaguard`` (or the temp dir's ``nb_cudaguard-<uid>``), created 0700 and checked."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid():
         path = Path(runtime) / "nb_cudaguard"
     else:
         path = Path(tempfile.gettempdir()) / f"nb_cudaguard-{os.getuid()}"
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
+    if create:
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise HandoffError(
@@ -105,8 +106,8 @@ def private_dir() -> Path:
     return path
 
 
-def path_for(binding: Binding) -> Path:
-    return private_dir() / f"handoff-{binding.slug}.json"
+def path_for(binding: Binding, create: bool = True) -> Path:
+    return private_dir(create) / f"handoff-{binding.slug}.json"
 
 
 def _mac(key: bytes, body: str) -> str:
@@ -138,8 +139,8 @@ def write(binding: Binding, payload: dict) -> Path:
 def pending(binding: Binding) -> Path | None:
     """The handoff waiting for this process, if any (cheap: one ``stat``)."""
     try:
-        path = path_for(binding)
-    except (HandoffError, OSError):
+        path = path_for(binding, create=False)
+    except (HandoffError, OSError):  # no directory yet (lstat fails), or one that is not private
         return None
     return path if os.path.lexists(path) else None
 

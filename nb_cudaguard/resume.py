@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from . import handoff
-from .recorder import CellRecord, Journal
+from .recorder import CellRecord, Journal, JournalError
 from .replay_plan import ReplayPlan
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
@@ -114,12 +114,18 @@ def resume_after_restart(shell, guard) -> None:
         return
     finally:
         os.environ.pop(handoff.ENV_SECRET, None)
-    journal = Journal.from_json(payload["journal"], guard.journal_max_cells, guard.journal_max_bytes)
+    try:
+        journal = Journal.from_json(payload["journal"], guard.journal_max_cells, guard.journal_max_bytes)
+        plan = ReplayPlan.from_dict(payload["plan"], journal)
+    except (JournalError, KeyError, TypeError, ValueError) as exc:  # signed by us, so a bug: say so, run nothing
+        guard.restart_failure = f"nb_cudaguard: the restart handoff could not be read ({exc}); nothing was replayed."
+        _log(shell, guard.restart_failure)
+        _show_once(shell, lambda: guard.restart_failure)
+        return
     guard.journal = journal
     guard.restarts = int(payload.get("restarts", 1))
     if payload.get("execution_count"):
         shell.execution_count = int(payload["execution_count"])
-    plan = ReplayPlan.from_dict(payload["plan"], journal)
     _Resume(shell, guard, payload, plan).start()
 
 

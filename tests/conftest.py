@@ -17,6 +17,12 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    from IPython.testing.globalipapp import start_ipython
+
+    start_ipython()  # IPython's own test shell, first, so that every shell in the run is this one
+
+
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
         return

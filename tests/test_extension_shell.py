@@ -64,7 +64,9 @@ def test_a_cpu_index_error_is_explained_without_a_restart(shell, capsys):
     )
     report = nb_cudaguard.get_guard(shell).last_report
     assert report.incident.classification == "not_cuda"
-    assert report.diagnosis.top.family == "label_out_of_range"
+    # labels 0..3 against 3 logits: one class more than the output has
+    assert report.diagnosis.top.family == "num_classes_mismatch"
+    assert report.diagnosis.top.variable == "labels"
     assert "Target 3 is out of bounds" in report.incident.message
     assert report.incident.user_frame.line.startswith("loss = torch.nn.functional.cross_entropy")
     assert "no restart needed" in capsys.readouterr().out
