@@ -31,6 +31,9 @@ def load_ipython_extension(shell) -> None:
     from .resume import resume_after_restart
 
     resume_after_restart(shell, guard)  # after an in-place restart: carry the journal over and replay
+    from .panel_link import reattach_after_restart
+
+    reattach_after_restart(shell, guard)  # a panel that asked for the restart follows the replay
 
 
 def unload_ipython_extension(shell) -> None:

@@ -34,6 +34,9 @@ class CudaGuard(Configurable):
         "auto",
         help="After a failing cell: 'auto' shows the report for CUDA and tensor-index errors only.",
     ).tag(config=True)
+    panel = Bool(
+        True, help="After a failure, show the interactive panel where widgets can render (else the plain report)."
+    ).tag(config=True)
 
     def __init__(self, shell, **kwargs) -> None:
         super().__init__(parent=shell, **kwargs)
@@ -130,6 +133,14 @@ class CudaGuard(Configurable):
     def show(self, report: Report) -> None:
         from IPython.display import display
 
+        if self.panel:
+            from .panel import show_panel
+
+            try:
+                show_panel(report, self)
+                return
+            except Exception as exc:
+                print(f"nb_cudaguard: no panel ({type(exc).__name__}: {exc}); the plain report:", file=sys.stderr)
         display(report)
 
     def status(self) -> str:

@@ -1,0 +1,174 @@
+"""The panel: its fallback bundle in a plain shell, its widgets and actions, the OOM panel, and a real kernel where a
+click on "Restart & replay" (a comm message, as a browser sends it) restarts in place and the new process reports
+the replay in the same panel."""
+
+from __future__ import annotations
+
+import ast
+import os
+import queue
+import time
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from nb_cudaguard import get_guard
+from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.panel import Panel, gather
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SETUP = [
+    "import torch\nfrom torch import nn",
+    "%cudaguard simulate on",
+    "model = nn.Linear(8, 195)\nx = torch.randn(4, 8)",
+    "labels = torch.tensor([0, 195, 17, 100])",
+    "unrelated = 1",
+]
+FAILING = "loss = nn.functional.cross_entropy(model(x), labels)"
+
+
+def _fail(shell) -> list[dict]:
+    for cell in SETUP:
+        assert shell.run_cell(cell).success, cell
+    with capture_output() as captured:
+        result = shell.run_cell(FAILING)
+    assert not result.success
+    return [output.data for output in captured.outputs]
+
+
+def test_without_a_widget_frontend_the_same_report_comes_as_text_markdown_and_html(shell):
+    displayed = _fail(shell)
+    assert len(displayed) == 1
+    bundle = displayed[0]
+    assert WIDGET_VIEW not in bundle  # a plain shell has no kernel, so no widget manager to render one
+    assert set(bundle) == {"text/plain", "text/markdown", "text/html"}
+    for text in bundle.values():
+        assert "label_out_of_range" in text or "num_classes_mismatch" in text
+    assert "labels: [4] int64 cpu min=0 max=195" in bundle["text/plain"]
+    assert "Restart needed" in bundle["text/html"] and "var(--jp-error-color1" in bundle["text/html"]
+    assert "loss = nn.functional.cross_entropy(model(x), labels)" in bundle["text/html"]
+
+
+def test_panel_widgets_show_the_plan_and_copy_the_report(shell):
+    _fail(shell)
+    guard = get_guard(shell)
+    panel = Panel(gather(guard.last_report), guard)
+    boxes = {record.first_line: box for box, record in panel.plan_boxes}
+    assert boxes["model = nn.Linear(8, 195)"].value and boxes["labels = torch.tensor([0, 195, 17, 100])"].value
+    assert not boxes["unrelated = 1"].value  # not read by the failing cell: off by default, can be ticked
+    assert panel.chosen_cells() is None  # untouched: the restart computes the minimal plan itself
+    boxes["unrelated = 1"].value = True
+    chosen = panel.chosen_cells()
+    assert chosen is not None and len(chosen) == len(panel.minimal) + 1
+    assert set(panel.buttons) == {"replay", "diagnose", "copy"}
+    assert panel.bundle()[WIDGET_VIEW]["model_id"] == panel.widget.model_id
+
+    panel.buttons["copy"].click()
+    assert panel.copy_area.layout.display == "" and panel.copy_area.value == panel.markdown
+    assert "| rank | family |" in panel.copy_area.value and "**Tensors involved**" in panel.copy_area.value
+
+
+def test_a_restart_that_cannot_start_says_why_and_gives_the_buttons_back(shell):
+    _fail(shell)
+    guard = get_guard(shell)
+    panel = Panel(gather(guard.last_report), guard)
+    guard.restarting = True  # refused before anything happens to this process (the test shell would exec pytest)
+    try:
+        panel.buttons["replay"].click()
+    finally:
+        guard.restarting = False
+    assert "a restart is already under way" in panel.status.value
+    assert not any(button.disabled for button in panel.buttons.values())
+    assert "NB_CUDAGUARD_PANEL" not in os.environ
+
+
+def test_out_of_memory_gets_the_small_panel_with_holders_and_a_release(shell):
+    assert shell.run_cell("import torch\nbig = torch.zeros(1024, 1024)\nsmall = torch.zeros(10)").success
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which "
+        "1.07 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch"
+    )
+    with capture_output() as captured:
+        # a CPU cannot run out of GPU memory: raise what the caching allocator raises, with its text
+        result = shell.run_cell(f"def step(batch):\n    raise torch.OutOfMemoryError({message!r})\nstep(big)")
+    assert not result.success
+    guard = get_guard(shell)
+    facts = gather(guard.last_report)
+    assert facts.kind == "out_of_memory" and facts.memory is not None
+    holders = {h.name: h for h in facts.memory.holders}
+    assert holders["big"].nbytes == 1024 * 1024 * 4 and holders["big"].device == "cpu"
+    assert list(holders).index("big") < list(holders).index("small")
+    assert facts.memory.from_message == {"tried": "2.00 GiB", "total": "15.77 GiB", "free": "1.07 GiB",
+                                         "by_torch": "13.90 GiB"}  # fmt: skip
+    text = captured.outputs[0].data["text/plain"]
+    assert "no restart needed" in text and "big: 4.00 MiB on cpu" in text and "release()" in text
+
+    panel = Panel(facts, guard)
+    assert set(panel.buttons) == {"release", "copy"} and not panel.plan_boxes
+    assert guard.incidents[-1].frames[-1].locals  # the failed frame keeps `batch` (= big) alive
+    panel.buttons["release"].click()
+    assert guard.incidents[-1].frames[-1].locals == {} and guard.incidents[-1].exception is None
+    assert "Dropped the failed cell's traceback" in panel.status.value
+
+
+# --- a real kernel, clicked through its comm channel as a browser does
+
+
+def _drain(kc, seconds: float, into: list[dict]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            into.append(kc.get_iopub_msg(timeout=0.2))
+        except queue.Empty:
+            pass
+
+
+def _run(kc, code: str, seen: list[dict]) -> dict:
+    return kc.execute_interactive(code, timeout=120, output_hook=seen.append)
+
+
+@pytest.mark.kernel
+def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in_the_panel():
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    with KernelSession(extra_env=env) as session:
+        kc, seen = session.kc, []
+        for cell in ["%load_ext nb_cudaguard", "import os\nPID = os.getpid()", *SETUP]:
+            assert _run(kc, cell, seen)["content"]["status"] == "ok", cell
+        assert _run(kc, FAILING, seen)["content"]["status"] == "error"
+        states = {m["content"]["comm_id"]: m["content"]["data"]["state"] for m in seen if m["msg_type"] == "comm_open"}
+        button = next(cid for cid, state in states.items() if state.get("description") == "Restart & replay")
+        status = next(cid for cid, s in states.items() if s.get("_model_name") == "HTMLModel" and s.get("value") == "")
+
+        click = kc.session.msg(
+            "comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}
+        )
+        kc.shell_channel.send(click)
+        after: list[dict] = []
+        _drain(kc, 4, after)
+        reply = _run(kc, "print(repr((labels.tolist(), os.getpid() == PID if 'PID' in dir() else None)))", after)
+        assert reply["content"]["status"] == "ok"
+        _drain(kc, 1, after)
+
+    updates = [
+        m["content"]["data"]["state"]
+        for m in after
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == status
+        and "value" in m["content"]["data"]["state"]
+    ]
+    texts = [u["value"] for u in updates]
+    assert any("Restarting the kernel in place" in t for t in texts)
+    assert "replayed" in texts[-1] and "0 failure(s)" in texts[-1], texts  # sent by the new process
+    assert any(m["msg_type"] == "status" and m["content"]["execution_state"] == "starting" for m in after)
+    disabled = [
+        m["content"]["data"]["state"]["disabled"]
+        for m in after
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == button
+        and "disabled" in m["content"]["data"]["state"]
+    ]
+    assert disabled and disabled[-1] is True  # the context it was for is gone
+    printed = "".join(m["content"].get("text", "") for m in after if m["msg_type"] == "stream")
+    labels, same_pid = ast.literal_eval(printed.strip().splitlines()[-1])
+    assert labels == [0, 195, 17, 100] and same_pid is None  # rebuilt by the replay; PID's cell was not needed
