@@ -25,7 +25,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install(TORCH)
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test]", "jupyterlab>=4", "playwright")  # playwright: the Python package only
     session.run("pytest", *session.posargs)
 
 

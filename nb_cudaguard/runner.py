@@ -17,6 +17,12 @@ from pathlib import Path
 
 EXIT_OK, EXIT_CELL_FAILED, EXIT_INVALID = 0, 1, 2
 _REPORT_EXPR = "__import__('nb_cudaguard').get_guard().last_report.to_json()"
+# Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
+_REPLAY_EXPR = (
+    "__import__('json').dumps((lambda r: {'summary': r.summary(), 'text': r.to_text(), 'how': r.how, 'pid': r.pid,"
+    " 'replayed': [c.label for c, _ in r.ran], 'seconds': r.seconds, 'failed': r.failed.label if r.failed else None,"
+    " 'error': r.error, 'diagnosis': r.diagnosis})(__import__('nb_cudaguard').get_guard().last_replay))"
+)
 
 
 class InvalidNotebook(Exception):
@@ -59,6 +65,11 @@ class RunOutcome:
         for number, incident in enumerate(self.incidents, 1):
             lines += [f"## Incident {number}: cell {incident['cell']} ({incident['classification']})", ""]
             lines += ["```", incident["error"], "```", ""]
+            replay = incident.get("replay")
+            if replay:
+                lines += [f"- restarted and replayed: {replay.get('summary', replay.get('error'))}", ""]
+                if replay.get("diagnosis"):
+                    lines += ["Diagnosis under %%cudacheck:", "", "```", replay["diagnosis"], "```", ""]
             for rank, cause in enumerate(incident.get("causes", [])[:3], 1):
                 who = f" `{cause['variable']}`" if cause.get("variable") else ""
                 lines.append(f"{rank}. `{cause['family']}`{who} ({cause['confidence']:.0%}): {cause['summary']}")
@@ -203,20 +214,52 @@ class NotebookRunner:
                 if status == "error":
                     incident = self._incident(client, index, error)
                     outcome.incidents.append(incident)
-                    if "raises-exception" in cell.metadata.get("tags", []):
+                    if incident["classification"] == "poisoned":
+                        incident["replay"] = self._recover(client, cell)
+                        if self.on_poison == "skip" and not incident["replay"].get("failed"):
+                            record.status = "skipped"
+                            outcome.exit_code = EXIT_CELL_FAILED
+                            outcome.message = f"cell {index} poisoned the context; restarted, replayed and skipped it"
+                            continue
+                    elif "raises-exception" in cell.metadata.get("tags", []):
                         continue
                 outcome.exit_code = EXIT_CELL_FAILED
                 outcome.message = f"cell {index} failed: {error}"
                 break
         progress.close()
 
-    def _silent(self, client, code: str, user_expressions: dict | None = None) -> dict:
+    def _silent(self, client, code: str, user_expressions: dict | None = None, timeout: float | None = 60) -> dict:
         from nbclient.util import run_sync
 
         reply = run_sync(client.kc.execute_interactive)(
-            code, silent=True, store_history=False, user_expressions=user_expressions or {}, timeout=60
+            code, silent=True, store_history=False, user_expressions=user_expressions or {}, timeout=timeout
         )
         return reply["content"]
+
+    def _recover(self, client, cell) -> dict:
+        """Restart the poisoned kernel in place, replay the minimal plan (and, with ``diagnose``, re-run the failing
+        cell under %%cudacheck), and put what happened into the failing cell's output."""
+        import nbformat
+
+        diagnose = self.on_poison == "diagnose"
+        started = time.perf_counter()
+        asked = self._silent(client, f"__import__('nb_cudaguard').restart(replay='minimal', diagnose={diagnose})")
+        if asked.get("status") != "ok":
+            return {"failed": "restart", "error": f"{asked.get('ename')}: {asked.get('evalue')}"}
+        content = self._silent(client, "", {"replay": _REPLAY_EXPR}, timeout=None)
+        found = content.get("user_expressions", {}).get("replay", {})
+        if found.get("status") != "ok":
+            return {"failed": "restart", "error": f"{found.get('ename')}: {found.get('evalue')}"}
+        replay = json.loads(ast.literal_eval(found["data"]["text/plain"]))
+        replay["seconds_to_ready"] = time.perf_counter() - started
+        text = replay["text"]
+        cell.outputs.append(
+            nbformat.v4.new_output(
+                "display_data",
+                data={"text/plain": text, "text/markdown": "**nb-cudaguard run**\n\n```\n" + text + "\n```\n"},
+            )
+        )
+        return replay
 
     def _incident(self, client, index: int, error: str | None) -> dict:
         content = self._silent(client, "", {"report": _REPORT_EXPR})

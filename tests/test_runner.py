@@ -95,3 +95,38 @@ def test_a_kernel_that_dies(tmp_path):
     statuses = [c["status"] for c in json.loads((tmp_path / "r.json").read_text())["cells"]]
     assert statuses == ["ok", "dead_kernel"]
     assert out.exists()
+
+
+POISONING = (
+    "import torch\n%cudaguard simulate on\nX = torch.randn(8, 4)\ny = torch.arange(8)",
+    "model = torch.nn.Linear(4, 5)",
+    "loss = torch.nn.functional.cross_entropy(model(X), y)",
+    "print('after', tuple(model(X).shape))",
+)
+
+
+@pytest.mark.parametrize("mode", ["stop", "diagnose", "skip"])
+def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
+    pytest.importorskip("torch")
+    path = _notebook(tmp_path / "poison.ipynb", *POISONING)
+    out, report = tmp_path / "o.ipynb", tmp_path / "r.json"
+    assert main(["run", str(path), "-o", str(out), "--json", str(report), "--on-poison", mode]) == 1
+    data = json.loads(report.read_text())
+    [incident] = data["incidents"]
+    assert incident["classification"] == "poisoned"
+    replay = incident["replay"]
+    assert replay["how"] == "exec" and replay["failed"] is None and len(replay["replayed"]) == 2
+    executed = nbformat.read(out, as_version=4)
+    failing_outputs = executed.cells[3].outputs
+    assert any("replayed 2/2" in o.get("data", {}).get("text/plain", "") for o in failing_outputs)
+    statuses = [c["status"] for c in data["cells"]]
+    if mode == "skip":
+        assert statuses == ["ok", "ok", "skipped", "ok"]
+        texts = "".join(o.get("text", "") for o in executed.cells[4].outputs)
+        assert "after (8, 5)" in texts  # the rebuilt state, in a healthy context
+    else:
+        assert statuses == ["ok", "ok", "error"]
+    if mode == "diagnose":
+        assert "CudaCheckError" in replay["diagnosis"] and "(y)" in replay["diagnosis"]
+    else:
+        assert replay["diagnosis"] is None
