@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -191,7 +192,8 @@ class NotebookRunner:
         code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
         progress = Progress(len(code_cells), self.progress_stream)
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-        with client.setup_kernel(env=env):
+        # The kernel's own fds go nowhere: everything it prints reaches the notebook through ipykernel already.
+        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
             self._silent(client, "%load_ext nb_cudaguard")
             for index, cell in code_cells:
                 first = _first_line(cell.source)
