@@ -234,7 +234,12 @@ class NotebookRunner:
         from nbclient.util import run_sync
 
         reply = run_sync(client.kc.execute_interactive)(
-            code, silent=True, store_history=False, user_expressions=user_expressions or {}, timeout=timeout
+            code,
+            silent=True,
+            store_history=False,
+            user_expressions=user_expressions or {},
+            timeout=timeout,
+            output_hook=lambda msg: None,  # what our own requests print is not the user's output
         )
         return reply["content"]
 
