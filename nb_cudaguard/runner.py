@@ -107,6 +107,10 @@ class Progress:
             self.stream.write(f"cell {cell.index} ({self.done}/{self.total}): {cell.status} {cell.seconds:.2f} s\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        self.stream.write(("\r" if self.tty else "") + text + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")
@@ -217,7 +221,9 @@ class NotebookRunner:
                     incident = self._incident(client, index, error)
                     outcome.incidents.append(incident)
                     if incident["classification"] == "poisoned":
+                        progress.note(f"cell {index}: the CUDA context is poisoned; restarting in place and replaying")
                         incident["replay"] = self._recover(client, cell)
+                        progress.note(f"cell {index}: {incident['replay'].get('summary') or incident['replay']}")
                         if self.on_poison == "skip" and not incident["replay"].get("failed"):
                             record.status = "skipped"
                             outcome.exit_code = EXIT_CELL_FAILED
