@@ -17,7 +17,7 @@ import torch
 
 from nb_cudaguard import testing
 from nb_cudaguard.catalog import parse_assertions
-from nb_cudaguard.diagnose import diagnose
+from nb_cudaguard.diagnosis import diagnose
 from nb_cudaguard.incident import build_incident
 
 RUNS = 15

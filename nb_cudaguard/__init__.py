@@ -18,7 +18,7 @@ def load_ipython_extension(shell) -> None:
     if getattr(shell, _ATTRIBUTE, None) is not None:
         return
     from .extension import CudaGuard
-    from .guard_magics import CudaCheckMagics
+    from .guard.magics import CudaCheckMagics
     from .magics import CudaGuardMagics
 
     guard = CudaGuard(shell)
@@ -41,7 +41,7 @@ def unload_ipython_extension(shell) -> None:
     if guard is None:
         return
     guard.unregister()
-    from .guard_magics import set_every_cell
+    from .guard.magics import set_every_cell
 
     set_every_cell(shell, False)
     ours = (guard.magics, getattr(guard, "check_magics", None))

@@ -15,7 +15,7 @@ def _read(path: str) -> str:
 
 
 def cmd_explain(args) -> int:
-    from .diagnose import diagnose
+    from .diagnosis import diagnose
     from .logparse import incident_from_log
     from .report import Report
 

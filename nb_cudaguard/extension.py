@@ -13,7 +13,7 @@ from traitlets import Bool, Enum, Int, observe
 from traitlets.config import Configurable
 
 from .capture import OutputCapture
-from .diagnose import diagnose
+from .diagnosis import diagnose
 from .errors import CudaCheckError
 from .incident import Incident, build_incident
 from .recorder import CellRecord, Journal

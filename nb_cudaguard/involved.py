@@ -1,7 +1,7 @@
 """The tensors a failure involves, one line each: what the diagnosis names, then what the failing line reads.
 
 The panel shows them so the user sees shapes, dtypes and value ranges next to the explanation without typing
-``labels.max()`` into a kernel that may be poisoned. Values are read by ``inspect_tensors.summarize``, which
+``labels.max()`` into a kernel that may be poisoned. Values are read by ``diagnosis.tensors.summarize``, which
 reads CUDA tensors only while the context is healthy.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import re
 
-from .evidence.workspace import build_workspace
-from .inspect_tensors import is_array_like, summarize
+from .diagnosis.evidence.workspace import build_workspace
+from .diagnosis.tensors import is_array_like, summarize
 from .report import Report
 
 SHOWN = 8

@@ -88,7 +88,7 @@ class CudaGuardMagics(Magics):
         run_demo(write=print)
 
     def _cmd_check(self, args) -> None:
-        from .guard_magics import every_cell, set_every_cell
+        from .guard.magics import every_cell, set_every_cell
 
         if args.state is None:
             print(every_cell(self.shell).describe())

@@ -12,8 +12,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from .diagnosis.tensors import is_tensor
 from .incident import Incident
-from .inspect_tensors import is_tensor
 
 SHOWN = 8
 _OOM_TEXT = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory", re.IGNORECASE)

@@ -285,7 +285,7 @@ class _Resume:
         """Run the failing cell again under ``%%cudacheck``, which checks the inputs of assert-prone ops before
         they launch, so it names the bad values instead of poisoning the GPU again."""
         try:
-            import nb_cudaguard.guard  # noqa: F401  (the %%cudacheck checks; a separate part of the package)
+            import nb_cudaguard.guard.mode  # noqa: F401  (the %%cudacheck checks; a separate part of the package)
         except ImportError:
             return "skipped: the %%cudacheck checks (nb_cudaguard.guard) are not part of this installation"
         source = self.outcome.plan.target.source

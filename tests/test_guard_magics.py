@@ -182,7 +182,7 @@ def test_real_kernel_next_cell_runs_after_cudacheck_error() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_context_stays_healthy_after_cudacheck() -> None:
-    from nb_cudaguard.guard import Guard
+    from nb_cudaguard.guard.mode import Guard
 
     logits = torch.randn(4, 5, device="cuda")
     labels = torch.tensor([0, 5, 2, 1], device="cuda")

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nb_cudaguard import inspect_tensors as it  # noqa: E402
+from nb_cudaguard.diagnosis import tensors as it  # noqa: E402
 
 
 def test_summary_is_one_line_with_range_nan_inf_and_values():

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..causes import Cause, Evidence
-from ..inspect_tensors import is_floating, is_integral
+from ...causes import Cause, Evidence
+from ..tensors import is_floating, is_integral
 from .context import Context, range_evidence
 from .workspace import Named, config_value
 

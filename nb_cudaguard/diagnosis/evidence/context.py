@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..causes import Cause, Evidence
-from ..incident import Incident
-from ..inspect_tensors import OutOfRange, TensorSummary, is_array_like, outside, readable, summarize
+from ...causes import Cause, Evidence
+from ...incident import Incident
+from ..tensors import OutOfRange, TensorSummary, is_array_like, outside, readable, summarize
 from .families import summary_of
 from .static import CallSite, LineFacts, StaticFacts
 from .workspace import Named, Workspace

@@ -7,8 +7,8 @@ that holds the NaN, when one is in reach.
 
 from __future__ import annotations
 
-from ..causes import Cause, Evidence
-from ..inspect_tensors import INT64_MIN, is_floating, is_integral
+from ...causes import Cause, Evidence
+from ..tensors import INT64_MIN, is_floating, is_integral
 from .context import Context, range_evidence
 from .static import CallSite
 from .workspace import Named

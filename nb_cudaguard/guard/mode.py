@@ -2,7 +2,7 @@
 
 A CUDA device assert poisons the whole process; the same bad value caught on the host costs one exception. So
 under ``%%cudacheck`` every aten op passes through :class:`CudaCheckMode`: ops with a device assert
-(``guard_checks.CHECKS``) get their index, label or probability arguments reduced on their own device (one
+(``checks.CHECKS``) get their index, label or probability arguments reduced on their own device (one
 reduction each) and read back together (one synchronisation per op); every other op goes straight through.
 A violation raises :class:`~nb_cudaguard.errors.CudaCheckError` before the op runs.
 
@@ -10,7 +10,7 @@ Two things a per-op check cannot see are handled here too: NaN/inf cast to an in
 into 0 without a word) is remembered at the cast, with its finiteness reduced there and read only when the result
 is used as an index; and ``sync=True`` synchronises after every op so that errors from kernels the guard cannot
 check (custom extensions) surface at the op that launched them. ``F.one_hot`` decomposes before dispatch; its CUDA
-form, a ``scatter_`` of ones into zeros, is recognised in ``guard_checks`` and reported as one_hot. (A torch
+form, a ``scatter_`` of ones into zeros, is recognised in ``checks`` and reported as one_hot. (A torch
 function mode could see ``F.one_hot`` by name, but any function mode turns off nn.Transformer's fused inference
 path (``torch.overrides.has_torch_function``), which would change results.)
 
@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import catalog, probe
-from .errors import CudaCheckError
-from .guard_checks import CHECKS, Condition, cast_condition
-from .guard_context import Names, describe_line, user_frame
+from .. import catalog, probe
+from ..errors import CudaCheckError
+from .checks import CHECKS, Condition, cast_condition
+from .context import Names, describe_line, user_frame
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -303,7 +303,7 @@ def _drop_exited(modes: list) -> None:
 
 
 def checking(sync: bool = False, namespace: dict | None = None) -> Guard:
-    """The guard as a context manager for scripts: ``with nb_cudaguard.guard.checking(): train_step()``."""
+    """The guard as a context manager for scripts: ``with nb_cudaguard.guard.mode.checking(): train_step()``."""
     return Guard(sync=sync, namespace=namespace)
 
 

@@ -5,7 +5,7 @@ Three kinds of evidence are combined:
 1. the catalog: the printed assertion condition and the error text, which say which *group* of ops failed
    (direct evidence, but rarely the whole story);
 2. the user's objects: tensors, modules, configs, tokenizers and datasets in the failing frames and the
-   namespace (``evidence.workspace``), read only where safe (``inspect_tensors``);
+   namespace (``evidence.workspace``), read only where safe (``tensors``);
 3. the source: the failing line, the cell, the journal's earlier cells and ``--code`` (``evidence.static``), plus
    what the traceback's own lines say (``evidence.textual``).
 
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from . import catalog
-from .causes import Cause, Diagnosis, Evidence
-from .errors import CudaCheckError
+from .. import catalog
+from ..causes import Cause, Diagnosis, Evidence
+from ..errors import CudaCheckError
+from ..incident import Incident
 from .evidence import classes, embeddings, indexing, losses, textual
 from .evidence.context import Context
 from .evidence.families import group_of, summary_of
 from .evidence.static import LineFacts, line_facts, read_sources
 from .evidence.workspace import build_workspace
-from .incident import Incident
 
 __all__ = ["diagnose", "summary_of"]
 

@@ -72,7 +72,7 @@ class EveryCell:
         self._leave()
 
     def _enter(self) -> None:
-        from .guard import Guard
+        from .mode import Guard
 
         self.guard = Guard(sync=self.sync, namespace=self.shell.user_ns).__enter__()
 
@@ -127,7 +127,7 @@ class CudaCheckMagics(Magics):
                 return self._run(cell)
             finally:
                 active.mode.sync = previous
-        from .guard import Guard
+        from .mode import Guard
 
         with Guard(sync=args.sync, namespace=self.shell.user_ns):
             return self._run(cell)
