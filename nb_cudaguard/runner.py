@@ -164,6 +164,7 @@ class NotebookRunner:
         self.timeout = timeout
         self.kernel = kernel
         self.progress_stream = progress_stream
+        self.replay_timeout = 600.0  # seconds to wait for the replay's answer when the plan's time is unknown
 
     def run(self) -> RunOutcome:
         nb, kernel_name = load_notebook(self.path, self.kernel)
@@ -256,10 +257,17 @@ class NotebookRunner:
 
         diagnose = self.on_poison == "diagnose"
         started = time.perf_counter()
-        asked = self._silent(client, f"__import__('nb_cudaguard').restart(replay='minimal', diagnose={diagnose})")
+        asked = self._silent(
+            client,
+            f"_nb_cudaguard_plan = __import__('nb_cudaguard').restart(replay='minimal', diagnose={diagnose})",
+            {"seconds": "_nb_cudaguard_plan.recorded_seconds"},
+        )
         if asked.get("status") != "ok":
             return {"failed": "restart", "error": f"{asked.get('ename')}: {asked.get('evalue')}"}
-        content = self._silent(client, "", {"replay": _REPLAY_EXPR}, timeout=None)
+        recorded = asked.get("user_expressions", {}).get("seconds", {}).get("data", {}).get("text/plain", "0")
+        # The replay takes about as long as the cells did; a failing cell under %%cudacheck too.
+        wait = 60.0 + 3 * float(recorded) if recorded.replace(".", "", 1).isdigit() else self.replay_timeout
+        content = self._after_restart(client, wait)
         found = content.get("user_expressions", {}).get("replay", {})
         if found.get("status") != "ok":
             return {"failed": "restart", "error": f"{found.get('ename')}: {found.get('evalue')}"}
@@ -273,6 +281,17 @@ class NotebookRunner:
             )
         )
         return replay
+
+    def _after_restart(self, client, wait: float, attempts: int = 4) -> dict:
+        """Ask the restarted kernel how the replay went. The question is idempotent, so if it is lost in the
+        exec window (see docs/restart.md) it is asked again rather than waited on for ever."""
+        for attempt in range(attempts):
+            try:
+                return self._silent(client, "", {"replay": _REPLAY_EXPR}, timeout=wait)
+            except TimeoutError:
+                if attempt == attempts - 1:
+                    raise
+        return {}
 
     def _incident(self, client, index: int, error: str | None) -> dict:
         content = self._silent(client, "", {"report": _REPORT_EXPR})
