@@ -130,3 +130,17 @@ def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
         assert "CudaCheckError" in replay["diagnosis"] and "(y)" in replay["diagnosis"]
     else:
         assert replay["diagnosis"] is None
+
+
+def test_run_an_example_notebook_with_diagnosis(tmp_path):
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    notebook = Path(__file__).parent.parent / "example_notebooks" / "01_image_classifier_196_classes.ipynb"
+    out, report = tmp_path / "car.ipynb", tmp_path / "car.md"
+    assert main(["run", str(notebook), "-o", str(out), "--report", str(report), "--on-poison", "diagnose"]) == 1
+    text = report.read_text()
+    assert "(poisoned)" in text and "`num_classes_mismatch` `yb`" in text
+    assert "CudaCheckError: aten.nll_loss_forward: argument target (yb)" in text  # pinned under %%cudacheck
+    assert "use nn.Linear(128, 196)" in text
+    assert nbformat.read(out, as_version=4).cells[5].outputs  # the failing cell keeps its report
