@@ -17,6 +17,8 @@ import os
 import threading
 import time
 
+from .resume import clients_back
+
 ENV = "NB_CUDAGUARD_PANEL"
 MARKDOWN_LIMIT = 64 * 1024  # one environment string may hold 128 KiB on Linux
 CLIENT_WAIT = 1.0
@@ -82,21 +84,7 @@ class _Follower:
         self.state = state
         self.outcome = outcome
         self.kernel = kernel
-        self.clients_back = threading.Event()
-        self._watch_for_clients()
-
-    def _watch_for_clients(self) -> None:
-        iopub = getattr(self.kernel, "iopub_thread", None)
-        welcome = getattr(iopub, "_send_welcome_message", None)
-        if welcome is None:
-            return
-        back = self.clients_back
-
-        def send_welcome(subscription, _inner=welcome):
-            back.set()
-            return _inner(subscription)
-
-        iopub._send_welcome_message = send_welcome
+        self.clients_back = clients_back(kernel)
 
     def run(self) -> None:
         try:

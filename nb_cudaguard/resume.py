@@ -327,23 +327,8 @@ class _KeptRequests:
     def __init__(self, kernel, frames: list[list[bytes]]) -> None:
         self.kernel = kernel
         self.frames = frames
-        self._clients_back = threading.Event()
+        self._clients_back = clients_back(kernel)
         self._bound_at = time.monotonic() - _seconds_since_bind(kernel)
-        self._watch_for_clients()
-
-    def _watch_for_clients(self) -> None:
-        """A client that subscribes to iopub again is back; replies sent before that would be dropped."""
-        iopub = getattr(self.kernel, "iopub_thread", None)
-        welcome = getattr(iopub, "_send_welcome_message", None)
-        if welcome is None:
-            return
-        back = self._clients_back
-
-        def send_welcome(subscription, _inner=welcome):
-            back.set()
-            return _inner(subscription)
-
-        iopub._send_welcome_message = send_welcome
 
     async def _clients_reconnected(self) -> None:
         while not self._clients_back.is_set() and time.monotonic() - self._bound_at < _CLIENT_WAIT:
@@ -380,6 +365,27 @@ class _KeptRequests:
                 msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
             signed = session.serialize(msg, ident=idents)
             await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in signed])
+
+
+def clients_back(kernel) -> threading.Event:
+    """Set when a client subscribes to iopub again (ipykernel then sends its welcome message): replies and output
+    sent before that would be dropped. One wrapper per process, shared by every waiter."""
+    iopub = getattr(kernel, "iopub_thread", None)
+    welcome = getattr(iopub, "_send_welcome_message", None)
+    if welcome is None:
+        return threading.Event()
+    existing = getattr(welcome, "clients_back", None)
+    if existing is not None:
+        return existing
+    back = threading.Event()
+
+    def send_welcome(subscription, _inner=welcome):
+        back.set()
+        return _inner(subscription)
+
+    send_welcome.clients_back = back
+    iopub._send_welcome_message = send_welcome
+    return back
 
 
 def _tail(text: str) -> str:
