@@ -74,14 +74,6 @@ class Measure:
     def carriable(self) -> bool:
         return self.reason is None
 
-    @property
-    def throughput(self) -> float:
-        """Bytes per second of serialisation (0 where nothing was measured)."""
-        return self.bytes / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "bytes": self.bytes, "seconds": round(self.seconds, 6), "reason": self.reason}
-
 
 def _module_of(obj) -> str:
     return str(getattr(obj, "__module__", None) or "")

@@ -89,17 +89,6 @@ class CarryPlan:
         lines += self.notes
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
-        return {
-            "steps": [
-                {"seq": s.record.seq, "action": s.action, "reason": s.reason, "names": s.names} for s in self.steps
-            ],
-            "measures": {name: m.to_dict() for name, m in self.measures.items()},
-            "refused": dict(self.refused),
-            "expected_seconds": self.expected_seconds,
-            "replay_seconds": self.base.recorded_seconds,
-        }
-
 
 def _size(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count} bytes"
