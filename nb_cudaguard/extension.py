@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from traitlets import Bool, Enum, Int, observe
+from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
 from .capture import OutputCapture
@@ -34,6 +34,13 @@ class CudaGuard(Configurable):
         "auto",
         help="After a failing cell: 'auto' shows the report for CUDA and tensor-index errors only.",
     ).tag(config=True)
+    carry = Bool(
+        True, help="On restart, carry values that live on the CPU across it instead of replaying their cells."
+    ).tag(config=True)
+    carry_max_bytes = Int(8 * 1024**3, help="Bytes of pickled values a restart may carry, in all.").tag(config=True)
+    carry_max_seconds = Float(60.0, help="Seconds one value may take to pickle before it is replayed instead.").tag(
+        config=True
+    )
     panel = Bool(
         True, help="After a failure, show the interactive panel where widgets can render (else the plain report)."
     ).tag(config=True)

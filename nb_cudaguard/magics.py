@@ -42,6 +42,9 @@ def _add_restart_commands(sub) -> None:
         command.add_argument("--add", type=int, nargs="+", default=[], metavar="N", help="also replay cells [N]")
         command.add_argument("--drop", type=int, nargs="+", default=[], metavar="N", help="do not replay cells [N]")
         command.add_argument("--cells", type=int, nargs="+", metavar="N", help="replay exactly these cells")
+        command.add_argument("--carry", nargs="+", default=[], metavar="NAME", help="carry these values if possible")
+        command.add_argument("--no-carry", nargs="*", metavar="NAME", help="do not carry these (none: carry nothing)")
+        command.add_argument("--replay-cell", type=int, nargs="+", default=[], metavar="N", help="never skip [N]")
 
     restart = sub.add_parser("restart", help="restart the kernel in place and replay what the failing cell needs")
     restart.add_argument("--replay", choices=["minimal", "all", "none"], default="minimal")
@@ -108,7 +111,10 @@ class CudaGuardMagics(Magics):
     def _cmd_restart(self, args) -> None:
         from .restart import restart
 
-        restart(args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop, shell=self.shell)
+        restart(
+            args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop, shell=self.shell,
+            **_carry_options(args),
+        )  # fmt: skip
 
     def _cmd_replay(self, args) -> None:
         if args.report:
@@ -118,4 +124,22 @@ class CudaGuardMagics(Magics):
         from .replay_plan import build_plan
 
         mode = "all" if args.all else "minimal"
-        print(build_plan(self.guard.journal, mode, add=args.add, drop=args.drop, cells=args.cells).to_text())
+        plan = build_plan(self.guard.journal, mode, add=args.add, drop=args.drop, cells=args.cells)
+        options = _carry_options(args)
+        carry = options.pop("carry")
+        if (self.guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
+            from .carry_handoff import plan_for
+
+            options["force_carry"] = options.pop("carry_names")
+            print(plan.to_text() + "\n\n" + plan_for(self.shell, self.guard, plan, **options).to_text())
+            return
+        print(plan.to_text())
+
+
+def _carry_options(args) -> dict:
+    return {
+        "carry": False if args.no_carry == [] else None,  # None: CudaGuard.carry decides
+        "carry_names": args.carry,
+        "no_carry": args.no_carry or [],
+        "replay_cells": args.replay_cell,
+    }

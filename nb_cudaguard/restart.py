@@ -54,6 +54,10 @@ def restart(
     *,
     method: str = "exec",
     shell=None,
+    carry: bool | None = None,
+    carry_names: Iterable[str] = (),
+    no_carry: Iterable[str] = (),
+    replay_cells: Iterable[int] = (),
 ) -> ReplayPlan:
     """Restart this kernel in place and replay the recorded cells the failing cell needs.
 
@@ -62,6 +66,11 @@ def restart(
     replay, run the failing cell again under ``%%cudacheck``. ``method="exit"`` skips the exec and lets the kernel
     manager's auto-restart bring the kernel back (for platforms without exec). Returns the plan; the restart itself
     happens just after the calling cell has finished.
+
+    ``carry`` (default ``CudaGuard.carry``): values that live on the CPU are pickled now and restored in the new
+    process, and the cells that built them are skipped where that is faster (see ``carry_plan``).
+    ``carry_names``/``no_carry``: names to carry or not whatever the plan prefers; ``replay_cells``: execution
+    counts of cells to replay even though their values could be carried.
     """
     from . import get_guard, load_ipython_extension
 
@@ -81,6 +90,12 @@ def restart(
         raise RestartError("nb_cudaguard: a restart is already under way.")
     plan = build_plan(guard.journal, replay, add=add, drop=drop, cells=list(cells) if cells is not None else None)
     options = {"replay": replay, "diagnose": bool(diagnose), "method": method}
+    if (guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
+        from .carry_handoff import prepare
+
+        plan, options["carry"], carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
+        if options["carry"] is not None:
+            print(carry_plan.to_text(), flush=True)
     if getattr(getattr(shell, "kernel", None), "session", None) is not None:
         _KernelRestart(shell, guard, plan, options).arm()
     elif type(shell).__name__ == "TerminalInteractiveShell":

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -47,6 +48,8 @@ class ReplayOutcome:
     names: list[str] = field(default_factory=list)
     done: bool = False
     children_ended: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)
+    carry_note: str | None = None
 
     @property
     def not_run(self) -> list[CellRecord]:
@@ -61,6 +64,8 @@ class ReplayOutcome:
             f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
             f"{1 if self.failed is not None else 0} failure(s)",
         ]
+        if self.carry_note:
+            parts.append(self.carry_note)
         if self.failed is not None:
             parts.append(f"stopped at {self.failed.label}: {self.error}")
         if self.served:
@@ -80,6 +85,8 @@ class ReplayOutcome:
             lines.append("Not run: " + ", ".join(r.label for r in self.not_run))
         if self.plan.excluded:
             lines.append("Left out by the plan: " + ", ".join(s.record.label for s in self.plan.excluded))
+        if self.carried:
+            lines.append("Carried across the restart: " + ", ".join(self.carried))
         lines.append("Names that exist now: " + (", ".join(self.names) if self.names else "(none)"))
         if self.children_ended:
             lines.append("Child processes ended before the restart: " + ", ".join(self.children_ended))
@@ -103,6 +110,9 @@ def resume_after_restart(shell, guard) -> None:
         payload = handoff.consume(binding, path)
     except handoff.HandoffError as exc:
         guard.restart_failure = str(exc)
+        from .carry_handoff import carry_dir
+
+        shutil.rmtree(carry_dir(binding), ignore_errors=True)  # values that came with it are never read
         _log(shell, str(exc))
         _show_once(shell, lambda: guard.restart_failure)
         kernel = getattr(shell, "kernel", None)
@@ -215,6 +225,7 @@ class _Resume:
         lock = getattr(self.kernel, "_main_asyncio_lock", None)
         async with lock if lock is not None else contextlib.nullcontext():
             started = time.perf_counter()
+            self._restore_carried()
             for index, step in enumerate(self.outcome.plan.steps, 1):
                 self._progress(index, step.record)
                 result, output, seconds = await self._run_async(step.record.source)
@@ -230,6 +241,7 @@ class _Resume:
 
     def run_sync(self) -> None:
         started = time.perf_counter()
+        self._restore_carried()
         for index, step in enumerate(self.outcome.plan.steps, 1):
             self._progress(index, step.record)
             begun = time.perf_counter()
@@ -258,6 +270,21 @@ class _Resume:
                     source, silent=True, transformed_cell=transformed, preprocessing_exc_tuple=error
                 )
         return result, output.text(), time.perf_counter() - begun
+
+    def _restore_carried(self) -> None:
+        """Carried values go in first; if any cannot be loaded, none is used and the plain plan runs instead."""
+        manifest = self.options.get("carry")
+        if not manifest:
+            return
+        from .carry_handoff import restore
+
+        self.outcome.carried, seconds, failure = restore(self.shell, manifest)
+        if failure is None:
+            self.outcome.carry_note = f"carried {len(self.outcome.carried)} value(s) in {seconds:.2f} s"
+            return
+        self.outcome.plan = ReplayPlan.from_dict(manifest["base_plan"], self.guard.journal)
+        self.outcome.carry_note = f"carried values not used ({failure}); replaying the cells that built them"
+        _log(self.shell, "nb_cudaguard: " + self.outcome.carry_note)
 
     # --- bookkeeping
     def _record(self, record: CellRecord, result, output: str, seconds: float) -> bool:

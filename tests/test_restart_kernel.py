@@ -61,7 +61,7 @@ def test_restart_rebuilds_the_session_after_a_device_assert(kernel):
     assert value(kernel, "__import__('importlib').import_module('nb_cudaguard.testing').is_poisoned()") is True
 
     started = time.monotonic()
-    restart = run_ok(kernel, "%cudaguard restart --replay minimal")
+    restart = run_ok(kernel, "%cudaguard restart --replay minimal --no-carry")
     assert time.monotonic() - started < 5, "the restart cell must get its reply before the exec"
     assert "replaying 7 cell(s)" in restart.texts()[0]
 

@@ -1,0 +1,242 @@
+"""Can a value cross the restart as it is, and what does that cost? One pickle answers both questions.
+
+A poisoned CUDA context makes every CUDA object unreadable, but what lives on the CPU is intact: a DataFrame that
+took minutes to load need not be loaded again. A value is carried only when everything its pickle reaches is a
+plain CPU object. The pickler itself is the walk: ``reducer_override`` sees every object that is not a built-in
+scalar or container, before it is written, so a CUDA tensor is refused before its storage is touched (touching it
+would raise in a poisoned context), and the first look at a generator, an open file, a socket, a thread or a
+module stops the pickle.
+
+Pickles can run code: ``__reduce__`` when the value is written, the reconstructor and ``__setstate__`` when it is
+read back. A class outside the trusted libraries (numpy, torch, pandas, the standard containers) that brings its
+own pickling code, or a reduction whose reconstructor is not a plain constructor, is refused: that value is rebuilt
+by replaying its cell instead, which is what would have happened anyway.
+
+Each value is pickled on its own (protocol 5); ``identity`` keeps names that share objects from being carried.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import hashlib
+import io
+import os
+import pickle
+import socket
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+# Reconstructors and classes from these packages are trusted to rebuild a value without other effects.
+_TRUSTED_MODULES = (
+    "numpy",
+    "torch",
+    "pandas",
+    "collections",
+    "copyreg",
+    "datetime",
+    "decimal",
+    "fractions",
+    "pathlib",
+    "re",
+    "enum",
+    "uuid",
+    "array",
+    "zoneinfo",
+    "ipaddress",
+    "types",
+    "functools",
+    "builtins",
+)
+_SAFE_CALLABLES = frozenset({getattr})
+_CUSTOM_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+
+
+class NotCarriable(Exception):
+    """Why a value must be rebuilt by replay rather than carried."""
+
+
+@dataclass
+class Measure:
+    """The pickle of one name: its size and time, or why it cannot be carried."""
+
+    name: str
+    bytes: int = 0
+    seconds: float = 0.0
+    reason: str | None = None
+    sha256: str | None = None
+    file: str | None = None
+
+    @property
+    def carriable(self) -> bool:
+        return self.reason is None
+
+
+def _module_of(obj) -> str:
+    return str(getattr(obj, "__module__", None) or "")
+
+
+def _trusted(module: str) -> bool:
+    return module.split(".")[0] in _TRUSTED_MODULES
+
+
+def _own_pickling_code(cls: type) -> str | None:
+    """The first pickling hook that ``cls`` defines outside the trusted libraries, as ``module.Class.hook``."""
+    for klass in cls.__mro__:
+        if klass is object or _trusted(_module_of(klass)):
+            continue
+        for hook in _CUSTOM_HOOKS:
+            if hook in vars(klass):
+                return f"{_module_of(klass)}.{klass.__qualname__}.{hook}"
+    return None
+
+
+def _refusal(obj) -> str | None:
+    """What makes ``obj`` something that cannot leave this process, or None."""
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        device = _torch_device(obj)
+        if device is not None and device != "cpu":
+            return f"holds a tensor or storage on the {device} device"
+        if type(obj).__name__ in ("Stream", "Event", "ExternalStream") or module.startswith("torch.cuda"):
+            return f"holds a {module}.{type(obj).__name__}"
+    if isinstance(obj, io.IOBase):
+        return "holds an open file"
+    if isinstance(obj, socket.socket):
+        return "holds a socket"
+    if isinstance(obj, (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)):
+        return "holds a generator"
+    if isinstance(obj, threading.Thread):
+        return "holds a thread"
+    if isinstance(obj, types.ModuleType):
+        return f"is or holds the module {obj.__name__} (modules are imported again, not carried)"
+    if isinstance(obj, (type, types.FunctionType)) and _module_of(obj) == "__main__":
+        return f"refers to {obj.__qualname__}, defined in the notebook (its cell is replayed instead)"
+    return None
+
+
+def _torch_device(obj) -> str | None:
+    """The device type of a tensor or storage, read without touching its memory (no sync, no CUDA call)."""
+    torch = sys.modules.get("torch")
+    if isinstance(obj, (torch.Tensor, getattr(torch, "UntypedStorage", ()))):
+        return obj.device.type
+    typed = getattr(getattr(torch, "storage", None), "TypedStorage", ())
+    if isinstance(obj, typed):
+        return obj._untyped_storage.device.type
+    return None
+
+
+class _Budget:
+    """A sink that counts, hashes and optionally writes, and stops the pickle once a limit is passed."""
+
+    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, digest: bool) -> None:
+        self.handle = handle
+        self.max_bytes = max_bytes
+        self.deadline = deadline
+        self.max_seconds = max_seconds
+        self.count = 0
+        self.hash = hashlib.sha256() if digest else None
+
+    def check_time(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise NotCarriable(f"its pickle took longer than {self.max_seconds:g} s (CudaGuard.carry_max_seconds)")
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        self.count += size
+        if self.count > self.max_bytes:
+            raise NotCarriable(
+                f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
+            )
+        self.check_time()
+        if self.hash is not None:
+            self.hash.update(data)
+        if self.handle is not None:
+            self.handle.write(data)
+        return size
+
+
+class _CarryPickler(pickle.Pickler):
+    def __init__(self, sink: _Budget) -> None:
+        super().__init__(sink, protocol=5)
+        self.sink = sink
+
+    def reducer_override(self, obj):
+        self.sink.check_time()
+        why = _refusal(obj)
+        if why is not None:
+            raise NotCarriable(why)
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            return NotImplemented  # pickled by reference
+        cls = type(obj)
+        hook = _own_pickling_code(cls)
+        if hook is not None:
+            raise NotCarriable(f"its class has its own pickling code ({hook}), which may have side effects")
+        reducer = getattr(self, "dispatch_table", copyreg.dispatch_table).get(cls)
+        reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(5)
+        if isinstance(reduced, str):
+            return NotImplemented  # a global, such as a singleton
+        rebuild = reduced[0]
+        if not (rebuild in _SAFE_CALLABLES or (_trusted(_module_of(rebuild)) and _rebuilds_plainly(rebuild))):
+            where = f"{_module_of(rebuild)}.{getattr(rebuild, '__qualname__', rebuild)}"
+            raise NotCarriable(f"loading it would call {where}, which may have side effects")
+        return reduced
+
+
+def _rebuilds_plainly(rebuild) -> bool:
+    """Builtins are trusted only as types (``dict``, ``set``): ``eval``, ``exec``, ``open`` are builtins too."""
+    return _module_of(rebuild) != "builtins" or isinstance(rebuild, type)
+
+
+def measure(name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None) -> Measure:
+    """Pickle ``value`` (to ``path``, mode 0600, or nowhere) within the budgets; never raises for the value's sake.
+
+    A pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
+    """
+    from .probe import internal_use
+
+    result = Measure(name)
+    started = time.perf_counter()
+    handle = None
+    try:
+        if path is not None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
+        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, digest=path is not None)
+        pickler = _CarryPickler(sink)
+        with internal_use():  # our own read of CPU values, as a diagnosis does (the fault injection lets it pass)
+            pickler.dump(value)
+        if handle is not None:
+            handle.close()
+            handle = None
+        result.bytes, result.seconds = sink.count, time.perf_counter() - started
+        result.sha256 = sink.hash.hexdigest() if sink.hash is not None else None
+        result.file = path.name if path is not None else None
+    except NotCarriable as exc:
+        result.reason = str(exc)
+    except OSError as exc:
+        result.reason = f"could not be written ({exc.strerror or exc})"
+    except Exception as exc:  # an unpicklable object half-way: say which
+        result.reason = f"could not be pickled ({type(exc).__name__}: {str(exc)[:120]})"
+    finally:
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError:
+                pass
+        if result.reason is not None and path is not None:
+            path.unlink(missing_ok=True)
+    return result
+
+
+def load(path: Path, sha256: str):
+    """Read back a carried value, only if its bytes are those the (signed) handoff names."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise NotCarriable(f"{path.name} was changed after it was written")
+    return pickle.loads(data)

@@ -1,0 +1,304 @@
+"""Carry or recompute: per cell of the replay plan, run it again or skip it because its values are carried.
+
+The approach is ElasticNotebook's store-or-recompute plan, applied to a poisoned GPU session: a cell is worth
+skipping when loading what it built costs less than running it (and whatever it needs) again. The expected time to
+ready is the recorded duration of each replayed cell plus, for each carried value, its pickle time and the time to
+write and read its bytes. A greedy search over the cells that may be skipped adds (or takes out) the cell that
+lowers that time most, until nothing does; it evaluates each choice with the same backward walk as the minimal
+replay plan, so that cells needed only by a carried cell drop out too.
+
+Correctness first. A name is carried only if:
+
+* its value pickles as a plain CPU object within the budgets (``carry.measure``);
+* every recorded cell that binds or changes it is in the plan and is skipped (a replayed ``labels.append(7)`` on a
+  carried ``labels`` would append twice), the failing cell does not change it, and no replayed cell reads it before
+  its last change (that cell would see the final value, not the one it saw);
+* it shares no object with another name (``identity``): those are rebuilt together by replay.
+
+A cell is skipped only when it has no effect beyond its names that the journal knows of: no ``!`` line, no magic,
+no ``open(...)``, no star import, no ``del``.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import carry, identity
+from .recorder import CellRecord, Journal
+from .replay_plan import PlanStep, ReplayPlan, _keep_reason, _module_names
+
+# Bytes per second assumed for writing a carried value and for reading it back (a local disk, page cache).
+DISK_BYTES_PER_SECOND = 250e6
+
+
+@dataclass
+class CarryStep:
+    record: CellRecord
+    action: str  # "replay" | "carry" | "skip"
+    reason: str
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CarryPlan:
+    base: ReplayPlan
+    steps: list[CarryStep] = field(default_factory=list)
+    measures: dict[str, carry.Measure] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    expected_seconds: float = 0.0
+
+    @property
+    def carried(self) -> list[str]:
+        return sorted({name for step in self.steps if step.action == "carry" for name in step.names})
+
+    @property
+    def carried_bytes(self) -> int:
+        return sum(self.measures[name].bytes for name in self.carried)
+
+    def replay_plan(self) -> ReplayPlan:
+        """The plan the new process runs: replayed cells only; the others are left out with the reason."""
+        plan = ReplayPlan(self.base.mode, self.base.target, unresolved=set(self.base.unresolved))
+        plan.steps = [PlanStep(s.record, s.reason) for s in self.steps if s.action == "replay"]
+        skipped = [PlanStep(s.record, s.reason) for s in self.steps if s.action != "replay"]
+        plan.excluded = sorted([*self.base.excluded, *skipped], key=lambda s: s.record.seq)
+        plan.notes = list(self.base.notes)
+        return plan
+
+    def to_text(self) -> str:
+        base_seconds = self.base.recorded_seconds
+        lines = [
+            f"nb_cudaguard carry plan ({self.base.mode}): ready in about {self.expected_seconds:.2f} s "
+            f"instead of {base_seconds:.2f} s of plain replay; carrying {len(self.carried)} value(s), "
+            f"{_size(self.carried_bytes)}"
+        ]
+        for step in self.steps:
+            first = step.record.first_line
+            first = first if len(first) <= 40 else first[:39] + "…"
+            what = {"replay": "replay", "carry": "skip, carried", "skip": "skip"}[step.action]
+            lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {what}: {step.reason}")
+        for name in self.carried:
+            m = self.measures[name]
+            lines.append(f"  carried {name}: {_size(m.bytes)}, pickled in {m.seconds:.3f} s")
+        if self.refused:
+            lines.append("Not carried (rebuilt by replay if needed):")
+            lines += [f"  {name}: {why}" for name, why in sorted(self.refused.items())]
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count} bytes"
+
+
+def cost_of(m: carry.Measure) -> float:
+    """Expected seconds to carry one value: pickling, writing, reading back."""
+    return m.seconds + 2 * m.bytes / DISK_BYTES_PER_SECOND
+
+
+class _Planner:
+    def __init__(self, base: ReplayPlan, journal: Journal, namespace: dict) -> None:
+        self.base = base
+        self.journal = journal
+        self.namespace = namespace
+        self.cells = base.records
+        self.modules = _module_names(self.cells)
+        self.binders: dict[str, set[str]] = {}
+        for record in self.cells:
+            self.binders.update(record.names.function_globals)
+
+    def writes(self, record: CellRecord) -> set[str]:
+        names = record.names
+        called = set().union(*(self.binders.get(n, set()) for n in names.used - names.defined))
+        return names.defined | (names.mutated - (names.call_mutated & self.modules)) | called | names.deleted
+
+    def why_not_skippable(self, record: CellRecord, replay_cells: set[int]) -> str | None:
+        names = record.names
+        if record.execution_count in replay_cells:
+            return "you asked to replay it"
+        if names.side_effects:
+            return "has effects beyond its names (" + ", ".join(sorted(names.side_effects)) + ")"
+        if names.magics:
+            return "runs %" + ", %".join(sorted({m for m, _ in names.magics}))
+        if names.syntax_error:
+            return "could not be analysed"
+        if names.deleted:
+            return "deletes names"
+        gone = sorted(n for n in self.writes(record) if n not in self.namespace)
+        if gone:
+            return "binds " + ", ".join(gone[:3]) + ", which no longer exist"
+        return None
+
+    def why_not_carriable(self, name: str) -> str | None:
+        """The journal's rules for one name (its value is judged by ``carry.measure``)."""
+        in_plan = {c.seq for c in self.cells}
+        writers = [c for c in self.journal if name in self.writes(c)]
+        outside = [c for c in writers if c.seq not in in_plan]
+        if outside:
+            return f"also changed by {outside[-1].label}, which the plan does not replay"
+        last = max(c.seq for c in writers)
+        early = [c for c in self.cells if c.seq < last and name in c.names.used and name not in self.writes(c)]
+        if early:
+            return f"read by {early[0].label} before its last change"
+        return None
+
+    def walk(self, carried: set[int], needs: set[str]) -> tuple[float, list[CarryStep], set[str]] | None:
+        """The steps and expected seconds if the cells in ``carried`` are skipped; None if that breaks a rule."""
+        needed = set(needs)
+        every = self.base.mode != "minimal"
+        steps: list[CarryStep] = []
+        loaded: set[str] = set()
+        seconds = 0.0
+        for record in reversed(self.cells):
+            names = record.names
+            binds = self.writes(record)
+            changed = names.mutated - (names.call_mutated & self.modules)
+            if record.seq in carried:
+                load = sorted(binds & needed) if not every else sorted(binds & set(self.namespace))
+                steps.append(CarryStep(record, "carry" if load else "skip", _carry_reason(load), load))
+                loaded |= set(load)
+                needed -= binds
+            elif every or _keep_reason(record, binds & needed, changed & needed) is not None:
+                steps.append(CarryStep(record, "replay", "runs again"))
+                seconds += record.duration
+                needed -= names.rebound
+                needed |= names.used | changed
+                if binds & loaded:
+                    return None  # a replayed cell would change a carried value a second time
+            else:
+                steps.append(CarryStep(record, "skip", "only cells whose values are carried needed it"))
+        steps.reverse()
+        return seconds, steps, loaded
+
+
+def _carry_reason(names: list[str]) -> str:
+    return "its values are carried: " + ", ".join(names) if names else "nothing it binds is needed"
+
+
+def build_carry_plan(
+    base: ReplayPlan,
+    journal: Journal,
+    namespace: dict,
+    *,
+    max_bytes: int,
+    max_seconds: float,
+    force_carry: Iterable[str] = (),
+    no_carry: Iterable[str] = (),
+    replay_cells: Iterable[int] = (),
+    directory: Path | None = None,
+    hidden: Iterable[str] = (),
+) -> CarryPlan:
+    """Decide per cell; with ``directory``, also write the carried values there (0600), dropping any that fail."""
+    plan = CarryPlan(base)
+    planner = _Planner(base, journal, namespace)
+    replay_set = set(replay_cells)
+    force, never = set(force_carry), set(no_carry)
+    skippable: list[CellRecord] = []
+    for record in planner.cells:
+        why = planner.why_not_skippable(record, replay_set)
+        if why is None:
+            skippable.append(record)
+        else:
+            for name in planner.writes(record) & set(namespace):
+                plan.refused.setdefault(name, f"its cell {record.label} {why}")
+    candidates = set().union(*(planner.writes(c) for c in skippable)) - set(plan.refused) if skippable else set()
+    for name in sorted(candidates):
+        why = "you asked not to carry it" if name in never else planner.why_not_carriable(name)
+        if why is not None:
+            plan.refused[name] = why
+    hidden = set(hidden)
+    live = {n: v for n, v in namespace.items() if _is_user_value(n, v, hidden)}
+    sharing = identity.shared(live)
+    for name in sorted(candidates - set(plan.refused)):
+        if sharing.get(name):
+            others = ", ".join(sorted(sharing[name])[:3])
+            plan.refused[name] = f"shares objects with {others}: rebuilt together by replay, never carried apart"
+            continue
+        m = carry.measure(name, namespace[name], max_bytes, max_seconds)
+        plan.measures[name] = m
+        if not m.carriable:
+            plan.refused[name] = m.reason
+    needs = _needs(base, planner)
+    while True:
+        _search(plan, planner, skippable, needs, max_bytes, force)
+        if directory is None or _write(plan, namespace, directory, max_bytes, max_seconds):
+            break
+    for name in sorted(force - set(plan.carried)):
+        plan.notes.append(f"{name} cannot be carried: {plan.refused.get(name, 'no cell of the plan binds it')}.")
+    return plan
+
+
+def _is_user_value(name: str, value, hidden: set[str]) -> bool:
+    return (
+        not name.startswith("_")
+        and name not in ("In", "Out", "exit", "quit")
+        and name not in hidden
+        and not (isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)))
+    )
+
+
+def _needs(base: ReplayPlan, planner: _Planner) -> set[str]:
+    target = base.target
+    needs = set(target.names.used | target.names.mutated) if target is not None else set()
+    for record in planner.cells:
+        needs |= record.names.deferred
+    if base.mode != "minimal":
+        needs |= set().union(*(planner.writes(c) for c in planner.cells)) if planner.cells else set()
+    return needs
+
+
+def _search(
+    plan: CarryPlan, planner: _Planner, skippable: list[CellRecord], needs: set[str], max_bytes: int, force: set[str]
+) -> None:
+    def evaluate(carried: set[int]):
+        result = planner.walk(carried, needs)
+        if result is None:
+            return None
+        seconds, steps, loaded = result
+        if any(name in plan.refused for name in loaded):
+            return None
+        if sum(plan.measures[n].bytes for n in loaded) > max_bytes:
+            return None
+        return seconds + sum(cost_of(plan.measures[n]) for n in loaded), steps
+
+    forced = {c.seq for c in skippable if planner.writes(c) & force}
+    best = evaluate(forced)
+    if best is None:
+        forced, best = set(), evaluate(set())
+    chosen = set(forced)
+    improved = True
+    while improved and best is not None:
+        improved = False
+        for seq in sorted({c.seq for c in skippable} - forced):
+            trial = chosen ^ {seq}
+            result = evaluate(trial)
+            if result is not None and result[0] < best[0] - 1e-9:
+                chosen, best, improved = trial, result, True
+    if best is None:  # the plain replay always passes the rules; this only guards a bug
+        best = (plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells])
+    plan.expected_seconds, plan.steps = best
+
+
+def _write(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, max_seconds: float) -> bool:
+    """Write each carried value; a value that fails (disk full, budget, a pickle that breaks half-way) is refused
+    and the plan is made again without it. True when every carried value, and nothing else, is on disk."""
+    left = max_bytes - sum(m.bytes for m in plan.measures.values() if m.file is not None)
+    for name in plan.carried:
+        if plan.measures[name].file is not None:
+            continue
+        path = directory / f"value-{len(plan.measures)}-{len(plan.refused)}-{name[:40]}.pkl"
+        written = carry.measure(name, namespace[name], left, max_seconds, path)
+        if not written.carriable:
+            plan.refused[name] = written.reason + "; replayed instead"
+            plan.notes.append(f"{name} could not be carried ({written.reason}); its cells are replayed instead.")
+            return False
+        plan.measures[name] = written
+        left -= written.bytes
+    for name, m in plan.measures.items():
+        if m.file is not None and name not in plan.carried:
+            (directory / m.file).unlink(missing_ok=True)
+            m.file = None
+    return True

@@ -1,0 +1,153 @@
+"""Carrying CPU values across the restart, in real kernels: what is carried equals the original, what holds
+non-CPU memory or shares objects is replayed, and anything that goes wrong falls back to replay."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from nb_cudaguard.kernelsession import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
+def value(kernel: KernelSession, expression: str):
+    result = kernel.run(f"print(repr({expression}))", timeout=60)
+    assert result.status == "ok", (expression, result.error, result.stderr)
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
+def run_ok(kernel: KernelSession, code: str, timeout: float = 60):
+    result = kernel.run(code, timeout=timeout)
+    assert result.status == "ok", (code, result.error, result.stderr)
+    return result
+
+
+@pytest.fixture
+def kernel():
+    with KernelSession(extra_env=ENV) as session:
+        run_ok(session, "%load_ext nb_cudaguard")
+        yield session
+
+
+NOTEBOOK = [
+    "import time\nimport types\nimport numpy as np\nimport torch",
+    "time.sleep(1.0)\nrng = np.random.default_rng(0)\n"
+    "frame = {'x': rng.random(200_000), 'y': rng.integers(0, 5, 200_000)}",
+    "tokenizer = types.SimpleNamespace(vocab={w: i for i, w in enumerate('abcdefg')}, lower=True)",
+    "config = {'lr': 0.1, 'layers': [8, 4], 'name': 'run-1'}",
+    "features = torch.arange(12.0).reshape(3, 4)",
+    "torch.manual_seed(0)\nmodel = torch.nn.Linear(4, 5)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "on_device = torch.ones(3, device='meta')",
+    "alias_a = alias_b = [1, 2]",
+    "%cudaguard simulate on",
+]
+FAILING = (
+    "out = model(features)\nassert frame['x'].shape[0] and tokenizer.vocab and config and on_device.shape\n"
+    "loss = torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 9]) + alias_a[0] * 0)"
+)
+SNAPSHOT = (
+    "(float(frame['x'].sum()), int(frame['y'].sum()), sorted(tokenizer.vocab.items()), config, "
+    "features.tolist(), model.weight.sum().item(), optimizer.param_groups[0]['params'][0] is model.weight, "
+    "alias_a is alias_b)"
+)
+
+
+def test_cpu_values_are_carried_equal_and_the_rest_is_replayed(kernel):
+    for cell in NOTEBOOK:
+        run_ok(kernel, cell)
+    before = value(kernel, SNAPSHOT)
+    failing = kernel.run(FAILING)
+    assert failing.status == "error" and "device-side assert" in failing.error["evalue"]
+
+    dry = run_ok(kernel, "%cudaguard replay --dry-run").stdout
+    assert "skip, carried" in dry and "frame" in dry
+    assert "on_device: holds a tensor or storage on the meta device" in dry
+    assert "shares objects with" in dry
+
+    run_ok(kernel, "%cudaguard restart")
+    first = run_ok(kernel, "print('ready')", timeout=120)
+    assert "carried" in first.stdout and "0 failure(s)" in first.stdout, first.stdout
+    assert value(kernel, SNAPSHOT) == before  # carried values equal; model/optimizer identity rebuilt by replay
+    carried = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried")
+    assert {"frame", "tokenizer", "config", "features"} <= set(carried)
+    assert not {"model", "optimizer", "on_device", "alias_a", "alias_b"} & set(carried)
+    replayed = value(kernel, "[r.first_line for r, _ in __import__('nb_cudaguard').get_guard().last_replay.ran]")
+    assert not any(line.startswith("time.sleep") for line in replayed)  # the slow loading cell was skipped
+    assert any(line.startswith("torch.manual_seed") for line in replayed)
+    assert value(kernel, "(type(on_device).__name__, on_device.device.type)") == ("Tensor", "meta")
+
+
+SNEAKY = '''
+class Sneaky:
+    """Its pickle would open (and truncate) a file when loaded, and its __reduce__ writes one when it runs."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        open(self.path + ".dumped", "w").close()
+        return (open, (self.path, "w"))
+'''
+
+
+def test_values_that_cannot_be_carried_fall_back_to_replay_and_nothing_is_lost(tmp_path):
+    (tmp_path / "sneaky_objects.py").write_text(SNEAKY)
+    marker = tmp_path / "marker"
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]])}
+    with KernelSession(extra_env=env) as kernel:
+        for cell in [
+            "%load_ext nb_cudaguard",
+            "%config CudaGuard.carry_max_bytes = 3_000_000",
+            "import threading, time\nimport numpy as np\nimport sneaky_objects",
+            "time.sleep(0.5)\nhalfway = {'data': np.arange(100_000), 'lock': threading.Lock()}",
+            "time.sleep(0.5)\ntoo_big = np.arange(1_000_000)",
+            f"time.sleep(0.5)\nsneaky = sneaky_objects.Sneaky({str(marker)!r})",
+            "time.sleep(0.5)\nsmall = np.arange(10)",
+        ]:
+            run_ok(kernel, cell)
+        assert kernel.run("halfway['data'][too_big[-1]] + small.sum() + len(sneaky.path)").status == "error"
+        dry = run_ok(kernel, "%cudaguard replay --dry-run").stdout
+        assert "halfway: could not be pickled (TypeError: cannot pickle '_thread.lock' object)" in dry
+        assert "too_big: its pickle passed the size budget" in dry
+        assert "sneaky: its class has its own pickling code (sneaky_objects.Sneaky.__reduce__)" in dry
+        assert "carried small" in dry
+        run_ok(kernel, "%cudaguard restart")
+        first = run_ok(kernel, "print(int(halfway['data'].sum()), int(too_big.sum()), sneaky.path, small.tolist())")
+        assert "0 failure(s)" in first.stdout and "carried 1 value(s)" in first.stdout, first.stdout
+        assert first.stdout.strip().splitlines()[-1] == f"4999950000 499999500000 {marker} {list(range(10))}"
+        assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == ["small"]
+        assert not marker.exists() and not (tmp_path / "marker.dumped").exists()  # no pickle code of it ran
+        assert isinstance(value(kernel, "halfway['lock'].locked()"), bool)  # rebuilt by its cell
+
+
+TAMPER_CARRIED = """
+import json, pathlib, nb_cudaguard.handoff as handoff
+real_write = handoff.write
+def write_then_tamper(binding, payload):
+    for entry in payload["options"].get("carry", {}).get("values", []):
+        path = pathlib.Path(payload["options"]["carry"]["dir"]) / entry["file"]
+        data = bytearray(path.read_bytes())
+        data[-2] = (data[-2] + 1) % 256  # the handoff is written twice: each write changes the file again
+        path.write_bytes(bytes(data))
+    return real_write(binding, payload)
+handoff.write = write_then_tamper
+"""
+
+
+def test_a_changed_carried_value_is_refused_and_its_cells_are_replayed(kernel):
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(50_000)")
+    assert kernel.run("values[0] + missing_name").status == "error"
+    run_ok(kernel, TAMPER_CARRIED)
+    restart = run_ok(kernel, "%cudaguard restart")
+    assert "skip, carried" in restart.stdout
+    first = run_ok(kernel, "print(int(values.sum()))", timeout=120)
+    assert "carried values not used" in first.stdout and "was changed after it was written" in first.stdout
+    assert first.stdout.strip().splitlines()[-1] == str(sum(range(50_000)))
+    assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == []
