@@ -229,7 +229,9 @@ class _KernelRestart:
             self._flush_iopub()
             # The shell socket stays open to the last moment and is read once more just before the exec: a
             # request that reaches it unread is lost with it, while one sent after the exec waits in its client's
-            # queue until the new process binds the same port.
+            # queue until the new process binds the same port. The clients are first told to go (see
+            # _let_clients_go), so that no request can still be on its way when that last read happens.
+            _let_clients_go(socket)
             self.pending += _drain(socket)
             path = self._write(self.children)
             os.environ[handoff.ENV_PATH] = str(path)
@@ -374,6 +376,55 @@ def _drain(socket) -> list[list[bytes]]:
             return kept
         except zmq.ZMQError:
             return kept
+
+
+def _let_clients_go(socket, timeout: float = _CLOSE_TIMEOUT) -> int:
+    """Half-close every TCP connection of the shell socket and wait until each client has closed its side.
+
+    A request a client writes after the last read of the socket and before the exec would otherwise be lost: its
+    client has handed it to TCP, and the exec resets the connection with it. After ``shutdown(SHUT_WR)`` the client's
+    libzmq reads end-of-file, drops the connection and queues what it sends next for its reconnect (to the new
+    process); libzmq here still reads the connection up to the client's own FIN, which TCP puts behind everything
+    the client wrote, so every request sent before that is in the socket's queue when this returns. Returns how many
+    connections were closed; 0 where the transport is not TCP or the connections cannot be listed.
+    """
+    import socket as pysocket
+
+    import zmq
+
+    try:
+        import psutil
+
+        endpoint = socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if not endpoint.startswith("tcp://"):
+            return 0
+        port = int(endpoint.rsplit(":", 1)[1])
+        process = psutil.Process()
+        listing = getattr(process, "net_connections", None) or process.connections
+        fds = [c.fd for c in listing(kind="tcp") if c.laddr and c.laddr.port == port and c.raddr and c.fd >= 0]
+    except Exception:
+        return 0
+    open_sockets = {}
+    for fd in fds:
+        try:
+            inode = os.readlink(f"/proc/self/fd/{fd}")
+            with pysocket.socket(fileno=os.dup(fd)) as peer:  # shutdown acts on the connection, not the descriptor
+                peer.shutdown(pysocket.SHUT_WR)
+            open_sockets[fd] = inode
+        except OSError:
+            continue
+    # libzmq closes its descriptor once it has read the client's end-of-file
+    deadline = time.monotonic() + timeout
+    while open_sockets and time.monotonic() < deadline:
+        time.sleep(0.001)
+        for fd, inode in list(open_sockets.items()):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == inode:
+                    continue
+            except OSError:
+                pass
+            del open_sockets[fd]
+    return len(fds)
 
 
 def _b64(frame) -> str:
