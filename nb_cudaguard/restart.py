@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,6 +38,8 @@ _SETTLE_LIMIT = 0.5
 _CLOSE_TIMEOUT = 3.0
 _IOPUB_GRACE = 0.01
 _STARTUP_FILE = "00-nb_cudaguard-resume.py"
+# Sent by the stopping shell channel thread behind the last request it forwarded (see _stop_shell_channel_thread).
+_END_OF_REQUESTS = b"nb_cudaguard: end of requests"
 
 
 class RestartError(RuntimeError):
@@ -169,6 +170,7 @@ class _KernelRestart:
         self.journal_json: str | None = None
         self.children: list[str] = []
         self._handlers: dict | None = None
+        self._end_reached = asyncio.Event()
         self.binding = handoff.binding_for(shell, create_secret=True)
 
     # --- in the cell
@@ -205,8 +207,11 @@ class _KernelRestart:
         if hasattr(kernel, "shell_main"):
 
             async def keep_raw(msg, /, subshell_id=None, *, concurrent=False):
-                if len(msg) > 1:  # a single frame is ipykernel's internal "stop aborting" marker
+                if len(msg) > 1:
                     self.pending.append([bytes(getattr(frame, "bytes", frame)) for frame in msg])
+                elif bytes(getattr(msg[0], "bytes", msg[0])) == _END_OF_REQUESTS:
+                    self._end_reached.set()
+                # any other single frame is ipykernel's internal "stop aborting" marker
 
             kernel.dispatch_shell = keep_raw
             return
@@ -239,7 +244,9 @@ class _KernelRestart:
             self._flush_iopub()
             # The shell socket stays open to the last moment and is read once more just before the exec: a
             # request that reaches it unread is lost with it, while one sent after the exec waits in its client's
-            # queue until the new process binds the same port.
+            # queue until the new process binds the same port. The clients are first told to go (see
+            # _let_clients_go), so that no request can still be on its way when that last read happens.
+            _let_clients_go(socket)
             self.pending += _drain(socket)
             path = self._write(self.children)
             os.environ[handoff.ENV_PATH] = str(path)
@@ -276,23 +283,45 @@ class _KernelRestart:
         thread = getattr(kernel, "shell_channel_thread", None)
         stream = getattr(thread, "shell_stream", None) or kernel.shell_stream
         if thread is not None:
-            stopped = threading.Event()
-
-            def stop_reading() -> None:
-                stream.stop_on_recv()
-                stopped.set()
-
-            thread.io_loop.add_callback(stop_reading)
-            while not stopped.is_set():
-                await asyncio.sleep(0.002)
-            await self._settle()  # requests already forwarded to the main thread reach the capture
-            thread.stop()
-            thread.join(timeout=_CLOSE_TIMEOUT)
+            await self._stop_shell_channel_thread(thread, stream)
         else:
             stream.stop_on_recv()
-            await self._settle()
+            await self._settle()  # the requests read so far are tasks on this loop, ahead of the settle's timer
         self.pending += _drain(stream.socket)
         return stream.socket
+
+    async def _stop_shell_channel_thread(self, thread, stream) -> None:
+        """ipykernel 7: the shell channel thread reads the socket and forwards each request to this thread over an
+        inproc PAIR socket, which ``thread.stop()`` closes (``SubshellManager.close``) with whatever it still holds.
+
+        So the thread is stopped only once everything it forwarded has reached the capture. A quiet period cannot
+        tell that: a request the thread has read but not yet forwarded (it waits for the GIL or a CPU) can arrive
+        after any fixed wait, and was lost with the inproc socket. Instead, once the thread has stopped reading, it
+        sends an end marker down the same socket, behind every request it read; the inproc socket, this loop's
+        reader and the shell lock are all first-in first-out, so when the marker reaches the capture, every request
+        read before it has been kept. What the thread had not read stays in the shell socket, drained afterwards.
+        """
+        to_main = thread.manager.get_shell_channel_to_subshell_socket(None)  # used by that thread only
+
+        async def end_of_requests() -> None:
+            async with thread.asyncio_lock:  # behind any forward still under way
+                to_main.send_multipart([_END_OF_REQUESTS])
+
+        def stop_reading() -> None:
+            stream.stop_on_recv()
+            # A request read just before has its forwarding task queued already: the marker goes behind it.
+            thread.io_loop.add_callback(end_of_requests)
+
+        thread.io_loop.add_callback(stop_reading)
+        try:
+            await asyncio.wait_for(self._end_reached.wait(), _CLOSE_TIMEOUT)
+        except asyncio.TimeoutError:  # the thread is stuck: keep what has come, as well as a wait can tell
+            kernel_log = getattr(self.kernel, "log", None)
+            if kernel_log is not None:
+                kernel_log.warning("nb_cudaguard: the shell channel thread did not confirm its last request.")
+            await self._settle()
+        thread.stop()
+        thread.join(timeout=_CLOSE_TIMEOUT)
 
     def _write(self, children: list[str]) -> Path:
         return handoff.write(
@@ -362,6 +391,55 @@ def _drain(socket) -> list[list[bytes]]:
             return kept
         except zmq.ZMQError:
             return kept
+
+
+def _let_clients_go(socket, timeout: float = _CLOSE_TIMEOUT) -> int:
+    """Half-close every TCP connection of the shell socket and wait until each client has closed its side.
+
+    A request a client writes after the last read of the socket and before the exec would otherwise be lost: its
+    client has handed it to TCP, and the exec resets the connection with it. After ``shutdown(SHUT_WR)`` the client's
+    libzmq reads end-of-file, drops the connection and queues what it sends next for its reconnect (to the new
+    process); libzmq here still reads the connection up to the client's own FIN, which TCP puts behind everything
+    the client wrote, so every request sent before that is in the socket's queue when this returns. Returns how many
+    connections were closed; 0 where the transport is not TCP or the connections cannot be listed.
+    """
+    import socket as pysocket
+
+    import zmq
+
+    try:
+        import psutil
+
+        endpoint = socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if not endpoint.startswith("tcp://"):
+            return 0
+        port = int(endpoint.rsplit(":", 1)[1])
+        process = psutil.Process()
+        listing = getattr(process, "net_connections", None) or process.connections
+        fds = [c.fd for c in listing(kind="tcp") if c.laddr and c.laddr.port == port and c.raddr and c.fd >= 0]
+    except Exception:
+        return 0
+    open_sockets = {}
+    for fd in fds:
+        try:
+            inode = os.readlink(f"/proc/self/fd/{fd}")
+            with pysocket.socket(fileno=os.dup(fd)) as peer:  # shutdown acts on the connection, not the descriptor
+                peer.shutdown(pysocket.SHUT_WR)
+            open_sockets[fd] = inode
+        except OSError:
+            continue
+    # libzmq closes its descriptor once it has read the client's end-of-file
+    deadline = time.monotonic() + timeout
+    while open_sockets and time.monotonic() < deadline:
+        time.sleep(0.001)
+        for fd, inode in list(open_sockets.items()):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == inode:
+                    continue
+            except OSError:
+                pass
+            del open_sockets[fd]
+    return len(fds)
 
 
 def _b64(frame) -> str:
