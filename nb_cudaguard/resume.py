@@ -26,9 +26,11 @@ from .recorder import CellRecord, Journal, JournalError
 from .replay_plan import ReplayPlan
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
-# dropped by the ROUTER socket: requests from the restart window are answered once a client has subscribed to
-# iopub again, or at the latest this long after the sockets were bound.
-_CLIENT_WAIT = 0.3
+# dropped by the ROUTER socket, its output by the PUB socket: requests from the restart window are answered once a
+# client has subscribed to iopub again, or at the latest this long after the sockets were bound. The subscription
+# is often seen before this module can watch for it (the extension loads after the kernel binds), so the wait is
+# what usually applies; on a loaded machine a client's iopub can take most of a second to come back.
+_CLIENT_WAIT = 1.0
 _OUTPUT_TAIL = 2000
 
 
