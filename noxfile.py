@@ -25,7 +25,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install(TORCH)
-    session.install("-e", ".[test]", "jupyterlab>=4", "playwright")  # playwright: the Python package only
+    # playwright: the Python package only (Debian's Chromium); transformers: the optional real-tiny-model test
+    session.install("-e", ".[test]", "jupyterlab>=4", "playwright", "transformers")
     session.run("pytest", *session.posargs)
 
 
