@@ -85,6 +85,7 @@ def restart(
         raise RestartError(f"replay must be one of {', '.join(MODES)}, not {replay!r}")
     if method not in ("exec", "exit"):
         raise RestartError(f"method must be 'exec' or 'exit', not {method!r}")
+    _require_supported_kernel(shell)
     load_ipython_extension(shell)
     guard = get_guard(shell)
     if getattr(guard, "restarting", False):
@@ -105,6 +106,26 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
+
+
+MIN_IPYKERNEL = 7
+
+
+def _require_supported_kernel(shell) -> None:
+    """The restart hands the kernel's shell requests and sockets over to the new process through ipykernel 7's
+    internals (its shell channel thread, ``dispatch_shell``). On ipykernel 6 the restarted kernel does not answer
+    (measured with 6.17.1), so we refuse up front instead of leaving the user with a kernel that hangs."""
+    if getattr(shell, "kernel", None) is None:
+        return  # terminal IPython: re-execs itself, no ipykernel involved
+    import ipykernel
+
+    major = int(ipykernel.__version__.split(".")[0])
+    if major < MIN_IPYKERNEL:
+        raise RestartError(
+            f"nb_cudaguard: restart and replay need ipykernel >= {MIN_IPYKERNEL}; this kernel runs ipykernel "
+            f"{ipykernel.__version__}. Restart the kernel from the menu (the report above still holds), or "
+            f"`pip install 'ipykernel>={MIN_IPYKERNEL}'` and restart once to get in-place restart and replay."
+        )
 
 
 def _payload(shell, guard, plan: ReplayPlan, options: dict, **extra) -> dict:

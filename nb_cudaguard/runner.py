@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import subprocess
 import sys
@@ -189,7 +190,7 @@ class NotebookRunner:
 
         client = NotebookClient(
             nb,
-            timeout=self.timeout,
+            timeout=None if self.timeout is None else max(1, math.ceil(self.timeout)),  # nbclient < 0.8 takes int
             kernel_name=kernel_name,
             allow_errors=True,
             resources={"metadata": {"path": str(Path(self.path).resolve().parent)}},

@@ -13,7 +13,7 @@ import pytest
 
 from nb_cudaguard.kernelsession import KernelSession
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.inplace_restart]
 
 # Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -70,6 +70,9 @@ def describe_line(frame: FrameType | None) -> str | None:
 
 
 def _cell_label(filename: str) -> str | None:
+    if filename.startswith("<ipython-input-"):  # IPython 7 names cells <ipython-input-N-hash>
+        number = filename.split("-")[2]
+        return f"cell In[{number}]" if number.isdigit() else None
     try:
         from IPython import get_ipython
     except ImportError:
