@@ -62,10 +62,11 @@ def cmd_run(args) -> int:
     except InvalidNotebook as exc:
         print(f"nb-cudaguard: {exc}", file=sys.stderr)
         return 2
-    if args.report:
-        Path(args.report).write_text(outcome.to_markdown())
-    if args.json:
-        Path(args.json).write_text(json.dumps(outcome.to_dict(), indent=2))
+    writers = ((args.report, outcome.to_markdown), (args.json, lambda: json.dumps(outcome.to_dict(), indent=2)))
+    for path, text in writers:
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text())
     print(outcome.to_markdown() if args.report is None and args.json is None else outcome.message)
     return outcome.exit_code
 
