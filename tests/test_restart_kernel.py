@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 import select
 import subprocess
@@ -10,26 +9,11 @@ import sys
 import time
 
 import pytest
+from kernel_helpers import ENV, run_ok, value
 
 from nb_cudaguard.kernelsession import KernelSession
 
 pytestmark = [pytest.mark.kernel, pytest.mark.inplace_restart]
-
-# Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-
-
-def value(kernel: KernelSession, expression: str):
-    result = kernel.run(f"print(repr({expression}))", timeout=60)
-    assert result.status == "ok", (expression, result.error, result.stderr)
-    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
-
-
-def run_ok(kernel: KernelSession, code: str, timeout: float = 60):
-    result = kernel.run(code, timeout=timeout)
-    assert result.status == "ok", (code, result.error, result.stderr)
-    return result
 
 
 @pytest.fixture

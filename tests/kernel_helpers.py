@@ -1,0 +1,25 @@
+"""Helpers for tests that drive real kernels across a restart."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from nb_cudaguard.kernelsession import CellResult, KernelSession
+
+# Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
+def value(kernel: KernelSession, expression: str):
+    """The value of an expression in the kernel (its repr must be a Python literal)."""
+    result = kernel.run(f"print(repr({expression}))", timeout=60)
+    assert result.status == "ok", (expression, result.error, result.stderr)
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
+def run_ok(kernel: KernelSession, code: str, timeout: float = 60) -> CellResult:
+    result = kernel.run(code, timeout=timeout)
+    assert result.status == "ok", (code, result.error, result.stderr)
+    return result
