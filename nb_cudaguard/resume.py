@@ -234,10 +234,6 @@ class _Resume:
                 if not self._record(step.record, result, output, seconds):
                     break
             self._finish_replay(started)
-            if self._should_diagnose():
-                self.outcome.diagnosis = self._diagnose()
-            self.outcome.done = True
-            self._progress_done()
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
 
@@ -252,10 +248,6 @@ class _Resume:
             if not self._record(step.record, result, output.text(), time.perf_counter() - begun):
                 break
         self._finish_replay(started)
-        if self._should_diagnose():
-            self.outcome.diagnosis = self._diagnose()
-        self.outcome.done = True
-        self._progress_done()
 
     async def _run_async(self, source: str):
         shell = self.shell
@@ -300,12 +292,17 @@ class _Resume:
         return False
 
     def _finish_replay(self, started: float) -> None:
+        """Time, names, the optional diagnosis, then mark the replay done (the next cell waits for that)."""
         self.outcome.seconds = time.perf_counter() - started
         self.outcome.names = sorted(
             name
             for name in self.shell.user_ns
             if not name.startswith("_") and name not in self.shell.user_ns_hidden and name not in ("In", "Out")
         )
+        if self._should_diagnose():
+            self.outcome.diagnosis = self._diagnose()
+        self.outcome.done = True
+        self._progress_done()
 
     def _should_diagnose(self) -> bool:
         return bool(self.options.get("diagnose")) and self.outcome.failed is None and self.outcome.plan.target

@@ -276,6 +276,14 @@ def check_embedding_bag_backward(guard, a) -> list[Condition]:
     return _embedding_ids(guard, "indices", a["indices"], rows, "num_weights (the embedding's rows)")
 
 
+def _offsets_out_of_order(offsets, limit: int):
+    """Where cumulative offsets (EmbeddingBag's, grouped GEMM's) go below 0, past ``limit``, or decrease."""
+    bad = (offsets < 0) | (offsets > limit)
+    if offsets.numel() > 1:
+        bad[1:] |= offsets[1:] < offsets[:-1]
+    return bad
+
+
 def _bag_offsets(offsets, length: int) -> list[Condition]:
     """Offsets start at >= 0, never decrease, and end within the input: EmbeddingBag.cu asserts ``end >= begin``."""
     if not _usable(offsets) or offsets.dim() != 1:
@@ -284,10 +292,7 @@ def _bag_offsets(offsets, length: int) -> list[Condition]:
     stats = _as_stats(offsets[0], steps.min(), offsets[-1])
 
     def bad_mask():
-        bad = (offsets < 0) | (offsets > length)
-        if offsets.numel() > 1:
-            bad[1:] |= offsets[1:] < offsets[:-1]
-        return bad
+        return _offsets_out_of_order(offsets, length)
 
     return [
         Condition(
@@ -675,10 +680,7 @@ def check_grouped_mm(guard, a) -> list[Condition]:
     stats = _as_stats(first.min(), steps.min(), offs.max())
 
     def bad_mask():
-        bad = (offs < 0) | (offs > limit)
-        if offs.numel() > 1:
-            bad[1:] |= offs[1:] < offs[:-1]
-        return bad
+        return _offsets_out_of_order(offs, limit)
 
     return [
         Condition(
