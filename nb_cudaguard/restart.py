@@ -85,7 +85,6 @@ def restart(
         raise RestartError(f"replay must be one of {', '.join(MODES)}, not {replay!r}")
     if method not in ("exec", "exit"):
         raise RestartError(f"method must be 'exec' or 'exit', not {method!r}")
-    _require_supported_kernel(shell)
     load_ipython_extension(shell)
     guard = get_guard(shell)
     if getattr(guard, "restarting", False):
@@ -106,26 +105,6 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
-
-
-MIN_IPYKERNEL = 7
-
-
-def _require_supported_kernel(shell) -> None:
-    """The restart hands the kernel's shell requests and sockets over to the new process through ipykernel 7's
-    internals (its shell channel thread, ``dispatch_shell``). On ipykernel 6 the restarted kernel does not answer
-    (measured with 6.17.1), so we refuse up front instead of leaving the user with a kernel that hangs."""
-    if getattr(shell, "kernel", None) is None:
-        return  # terminal IPython: re-execs itself, no ipykernel involved
-    import ipykernel
-
-    major = int(ipykernel.__version__.split(".")[0])
-    if major < MIN_IPYKERNEL:
-        raise RestartError(
-            f"nb_cudaguard: restart and replay need ipykernel >= {MIN_IPYKERNEL}; this kernel runs ipykernel "
-            f"{ipykernel.__version__}. Restart the kernel from the menu (the report above still holds), or "
-            f"`pip install 'ipykernel>={MIN_IPYKERNEL}'` and restart once to get in-place restart and replay."
-        )
 
 
 def _payload(shell, guard, plan: ReplayPlan, options: dict, **extra) -> dict:
@@ -159,7 +138,9 @@ def _restart_terminal(shell, guard, plan: ReplayPlan, options: dict) -> None:
     _mark_restart_cell(getattr(guard, "_current", None))
     binding = handoff.binding_for(shell, create_secret=True)
     children = reexec.end_children()
-    path = handoff.write(binding, _payload(shell, guard, plan, options, children_ended=children, how="exec"))
+    payload = _payload(shell, guard, plan, options, children_ended=children, how="exec")
+    payload["execution_count"] = _next_count(shell)
+    path = handoff.write(binding, payload)
     print(_announce(plan, "IPython"), flush=True)
     try:
         shell.history_manager.end_session()
@@ -177,6 +158,14 @@ def _restart_terminal(shell, guard, plan: ReplayPlan, options: dict) -> None:
         raise RestartError(f"nb_cudaguard: the exec failed ({exc}); this IPython keeps running unchanged.") from exc
 
 
+def _next_count(shell) -> int:
+    """The number of the cell after this one, from inside this one: IPython 9 moves its counter before a cell
+    runs, earlier versions after it, but every version stores the running cell in the history under its number
+    first."""
+    stored = len(getattr(shell.history_manager, "input_hist_raw", ()))  # entry 0 is a placeholder
+    return max(shell.execution_count, stored)
+
+
 class _KernelRestart:
     """One restart of an ipykernel kernel, from the cell that asks for it to the exec."""
 
@@ -190,7 +179,7 @@ class _KernelRestart:
         self.record = getattr(guard, "_current", None)
         self.journal_json: str | None = None
         self.children: list[str] = []
-        self._handlers: dict | None = None
+        self._queue: _KeptQueue | None = None
         self._end_reached = asyncio.Event()
         self.binding = handoff.binding_for(shell, create_secret=True)
 
@@ -218,10 +207,10 @@ class _KernelRestart:
     def _capture_requests(self) -> None:
         """From now on, shell requests are kept, still signed, for the new process instead of being run here.
 
-        ipykernel 7 looks ``dispatch_shell`` up on the instance for every request, so it is replaced there: the
-        kept request is never deserialised, and no ``busy``/``idle`` goes out for it (an early ``idle`` would
-        make a frontend stop listening for the request's output). ipykernel 6 binds it at start, so there the
-        handlers are replaced instead.
+        A kept request is never deserialised and no ``busy``/``idle`` goes out for it (an early ``idle`` would make
+        a frontend stop listening for the request's output). ipykernel 7 looks ``dispatch_shell`` up on the
+        instance for every request, so it is replaced there. ipykernel 6 binds ``dispatch_shell`` at start but puts
+        every shell request in ``kernel.msg_queue``, looked up on each use, so that queue is stood in for.
         """
         kernel = self.kernel
 
@@ -229,25 +218,21 @@ class _KernelRestart:
 
             async def keep_raw(msg, /, subshell_id=None, *, concurrent=False):
                 if len(msg) > 1:
-                    self.pending.append([bytes(getattr(frame, "bytes", frame)) for frame in msg])
+                    self.pending.append(_raw(msg))
                 elif bytes(getattr(msg[0], "bytes", msg[0])) == _END_OF_REQUESTS:
                     self._end_reached.set()
                 # any other single frame is ipykernel's internal "stop aborting" marker
 
             kernel.dispatch_shell = keep_raw
             return
-        self._handlers = dict(kernel.shell_handlers)
-
-        def keep(stream, idents, msg):
-            self.pending.append(kernel.session.serialize(msg, ident=idents))
-
-        for name in self._handlers:
-            kernel.shell_handlers[name] = keep
+        self._queue = _KeptQueue(kernel.msg_queue, self.pending)
+        kernel.msg_queue = self._queue
 
     def _release_requests(self) -> None:
         self.kernel.__dict__.pop("dispatch_shell", None)
-        if self._handlers is not None:
-            self.kernel.shell_handlers.update(self._handlers)
+        if self._queue is not None:
+            self.kernel.msg_queue = self._queue.original
+            self._queue.released.set()
 
     # --- on the event loop, after the reply
     async def _finish(self) -> None:
@@ -287,6 +272,11 @@ class _KernelRestart:
         if lock is not None:
             async with lock:  # held by the restart request until its reply and idle are sent
                 pass
+        elif self._queue is not None:
+            try:  # ipykernel 6 asks its queue for the next request once the restart request is answered
+                await asyncio.wait_for(self._queue.answered.wait(), _CLOSE_TIMEOUT)
+            except asyncio.TimeoutError:
+                await self._settle()
         else:
             await self._settle()
 
@@ -306,8 +296,7 @@ class _KernelRestart:
         if thread is not None:
             await self._stop_shell_channel_thread(thread, stream)
         else:
-            stream.stop_on_recv()
-            await self._settle()  # the requests read so far are tasks on this loop, ahead of the settle's timer
+            stream.stop_on_recv()  # ipykernel 6 queues each request as it reads it: none is in flight after this
         self.pending += _drain(stream.socket)
         return stream.socket
 
@@ -369,19 +358,16 @@ class _KernelRestart:
             time.sleep(_IOPUB_GRACE)  # libzmq's own I/O thread puts the last messages on the wire
 
     async def _abort(self, exc: BaseException) -> None:
-        """Nothing is closed yet: run the kept requests here after all and carry on in this process."""
+        """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
         import zmq
-        from jupyter_client.session import DELIM
 
-        self._release_requests()
         self.guard.restarting = False
         self.guard.restart_failure = f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc})."
         self.kernel.log.error(self.guard.restart_failure)
-        kept, self.pending = self.pending, []
-        for frames in kept:
-            # ipykernel 6's capture deserialised the request once, which would now count as a replay
-            self.kernel.session.digest_history.discard(frames[frames.index(DELIM) + 1])
-            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in frames])
+        dispatch = type(self.kernel).dispatch_shell  # not the capture, which still keeps whatever arrives meanwhile
+        while self.pending:
+            await dispatch(self.kernel, [zmq.Frame(frame) for frame in self.pending.pop(0)])
+        self._release_requests()
 
     def _exit_for_autorestart(self, exc: BaseException, stage: str) -> None:
         """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
@@ -399,6 +385,45 @@ class _KernelRestart:
                 os.write(2, (message + "\n").encode())
             finally:
                 os._exit(1)
+
+
+class _KeptQueue:
+    """Stands in for ipykernel 6's shell message queue during a restart: what is put in is kept, raw and still
+    signed, and the one coroutine that takes requests out waits here until the restart is given up (if ever)."""
+
+    def __init__(self, original, pending: list[list[bytes]]) -> None:
+        from tornado.queues import QueueEmpty
+
+        self.original = original
+        self.pending = pending
+        self.answered = asyncio.Event()  # the dispatcher asked for more: the restart request has been answered
+        self.released = asyncio.Event()
+        while True:
+            try:
+                self.put_nowait(original.get_nowait())
+            except QueueEmpty:
+                break
+
+    def put_nowait(self, item) -> None:
+        _index, _dispatch, args = item
+        self.pending.append(_raw(args[0]))
+
+    def qsize(self) -> int:
+        return 0
+
+    def get_nowait(self):
+        from tornado.queues import QueueEmpty
+
+        raise QueueEmpty
+
+    async def get(self):
+        self.answered.set()
+        await self.released.wait()
+        return await self.original.get()
+
+
+def _raw(msg) -> list[bytes]:
+    return [bytes(getattr(frame, "bytes", frame)) for frame in msg]
 
 
 def _drain(socket) -> list[list[bytes]]:

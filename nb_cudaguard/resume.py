@@ -212,7 +212,7 @@ class _Resume:
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
 
-            IOLoop.current().add_callback(self.run_async)
+            IOLoop.current().add_callback(self._schedule)
         else:
             self.run_sync()
 
@@ -223,6 +223,15 @@ class _Resume:
         return text
 
     # --- drivers
+    def _schedule(self) -> None:
+        """Run the replay ahead of every request. ipykernel 7 runs requests under its main lock, which the replay
+        takes first; ipykernel 6 runs them one at a time from its message queue, where the replay goes first (the
+        loop has just started, so nothing is queued yet)."""
+        if getattr(self.kernel, "_main_asyncio_lock", None) is None and hasattr(self.kernel, "schedule_dispatch"):
+            self.kernel.schedule_dispatch(self.run_async)
+        else:
+            self._task = asyncio.ensure_future(self.run_async())
+
     async def run_async(self) -> None:
         lock = getattr(self.kernel, "_main_asyncio_lock", None)
         async with lock if lock is not None else contextlib.nullcontext():
@@ -234,6 +243,7 @@ class _Resume:
                 if not self._record(step.record, result, output, seconds):
                     break
             self._finish_replay(started)
+            await wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
 
@@ -353,19 +363,11 @@ class _KeptRequests:
     def __init__(self, kernel, frames: list[list[bytes]]) -> None:
         self.kernel = kernel
         self.frames = frames
-        self._clients_back = clients_back(kernel)
-        self._bound_at = time.monotonic() - _seconds_since_bind(kernel)
-
-    async def _clients_reconnected(self) -> None:
-        while not self._clients_back.is_set() and time.monotonic() - self._bound_at < _CLIENT_WAIT:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
 
     async def run(self) -> int:
         """Run each request as if it had just arrived, in order, replying to its own client."""
         if not self.frames:
             return 0
-        await self._clients_reconnected()
         import zmq
 
         for frames in self.frames:
@@ -376,7 +378,7 @@ class _KeptRequests:
         """Answer each *signed* request without running it: an execute request gets a clear error instead."""
         if not self.frames:
             return
-        await self._clients_reconnected()
+        await wait_for_clients(self.kernel)
         import zmq
 
         session = self.kernel.session
@@ -391,6 +393,33 @@ class _KeptRequests:
                 msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
             signed = session.serialize(msg, ident=idents)
             await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in signed])
+
+
+async def wait_for_clients(kernel) -> None:
+    """Until a client is back on iopub, or ``_CLIENT_WAIT`` after the sockets were bound."""
+    back = clients_back(kernel)
+    bound_at = time.monotonic() - _seconds_since_bind(kernel)
+    while not (back.is_set() or _iopub_peer(kernel)) and time.monotonic() - bound_at < _CLIENT_WAIT:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
+
+
+def _iopub_peer(kernel) -> bool:
+    """Where subscriptions cannot be seen (ipykernel 6 publishes on a PUB socket, with no welcome message), a
+    client's TCP connection to the iopub port is the nearest sign: its subscription follows in the same handshake."""
+    if hasattr(getattr(kernel, "iopub_thread", None), "_send_welcome_message"):
+        return False  # subscriptions are seen there (see clients_back)
+    try:
+        import psutil
+        import zmq
+
+        endpoint = kernel.iopub_thread.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        port = int(endpoint.rsplit(":", 1)[1])
+        process = psutil.Process()
+        listing = getattr(process, "net_connections", None) or process.connections
+        return any(c.laddr and c.laddr.port == port and c.raddr for c in listing(kind="tcp"))
+    except Exception:
+        return False
 
 
 def clients_back(kernel) -> threading.Event:

@@ -23,20 +23,7 @@ def pytest_configure(config):
     start_ipython()  # IPython's own test shell, first, so that every shell in the run is this one
 
 
-def _ipykernel_major() -> int:
-    import ipykernel
-
-    return int(ipykernel.__version__.split(".")[0])
-
-
 def pytest_collection_modifyitems(config, items):
-    from nb_cudaguard.restart import MIN_IPYKERNEL
-
-    if _ipykernel_major() < MIN_IPYKERNEL:
-        old = pytest.mark.skip(reason=f"in-place restart needs ipykernel >= {MIN_IPYKERNEL} (it refuses on older ones)")
-        for item in items:
-            if "inplace_restart" in item.keywords:
-                item.add_marker(old)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -10,7 +10,7 @@ from kernel_helpers import ENV, run_ok, value
 
 from nb_cudaguard.kernelsession import KernelSession
 
-pytestmark = [pytest.mark.kernel, pytest.mark.inplace_restart]
+pytestmark = [pytest.mark.kernel]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-pytestmark = [pytest.mark.kernel, pytest.mark.inplace_restart, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "example_notebooks"

@@ -129,7 +129,6 @@ def _run(kc, code: str, seen: list[dict]) -> dict:
 
 
 @pytest.mark.kernel
-@pytest.mark.inplace_restart
 def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in_the_panel():
     env = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     with KernelSession(extra_env=env) as session:

@@ -105,7 +105,6 @@ POISONING = (
 )
 
 
-@pytest.mark.inplace_restart
 @pytest.mark.parametrize("mode", ["stop", "diagnose", "skip"])
 def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
     pytest.importorskip("torch")
@@ -135,7 +134,6 @@ def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
         assert replay["diagnosis"] is None
 
 
-@pytest.mark.inplace_restart
 def test_run_an_example_notebook_with_diagnosis(tmp_path):
     pytest.importorskip("torch")
     from pathlib import Path
