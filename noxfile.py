@@ -1,6 +1,8 @@
 """The test command (README, .ci/run): `python3 -m pip install nox && nox`.
 
-Sessions: lint (ruff), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab).
+Sessions: lint (ruff), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab),
+tests_ipykernel6 (the last ipykernel 6 with IPython 8, as on Kaggle: the kernel and restart tests, whose code
+paths differ between ipykernel 6 and 7).
 torch is installed first from a CPU build and never upgraded by our own install (it is not a dependency).
 """
 
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "tests", "tests_oldest"]
+nox.options.sessions = ["lint", "tests", "tests_oldest", "tests_ipykernel6"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # served from the machine's local wheel store; any torch >= 1.13 works
+IPYKERNEL6 = ["ipython>=8,<9", "ipykernel>=6.29,<7", "jupyter_client>=8,<9"]
 OLDEST = ["ipython==7.34.0", "ipykernel==6.17.1", "jupyter_client==7.4.9", "ipywidgets==7.7.1", "traitlets==5.3.0"]
 
 
@@ -35,3 +38,11 @@ def tests_oldest(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", *OLDEST)
     session.run("pytest", "-m", "not browser", *session.posargs)
+
+
+@nox.session
+def tests_ipykernel6(session: nox.Session) -> None:
+    session.install(TORCH)
+    session.install("-e", ".[test]", *IPYKERNEL6)
+    kernel_tests = ["tests/test_extension_kernel.py", "tests/test_restart_kernel.py", "tests/test_carry_kernel.py"]
+    session.run("pytest", *kernel_tests, "tests/test_runner.py", "tests/test_panel.py", *session.posargs)
