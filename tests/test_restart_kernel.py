@@ -126,6 +126,33 @@ def test_a_replayed_cell_that_fails_is_reported_and_stops_the_replay(kernel, tmp
     assert "Failed: [" in report and "text = open(" in report and "Names that exist now:" in report
 
 
+def test_an_interrupt_stops_a_long_replay_and_the_waiting_cell_runs(kernel, tmp_path):
+    hold, started = tmp_path / "hold", tmp_path / "started"
+    run_ok(kernel, "first = 1")
+    # fast when recorded; while `hold` exists, the replay of this cell waits (as a long data load would)
+    run_ok(
+        kernel,
+        f"import os, time\nopen({str(started)!r}, 'w').close()\nwhile os.path.exists({str(hold)!r}):\n"
+        "    time.sleep(0.05)\nloaded = 2",
+    )
+    run_ok(kernel, "after = 3")
+    started.unlink()
+    hold.touch()
+    try:
+        run_ok(kernel, "%cudaguard restart --replay all")
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "the replay never reached the waiting cell"
+            time.sleep(0.05)
+        kernel.km.interrupt_kernel()  # what the frontend's Interrupt button does
+        result = run_ok(kernel, "print([n for n in ('first', 'loaded', 'after') if n in globals()])", timeout=30)
+    finally:
+        hold.unlink(missing_ok=True)
+    assert "KeyboardInterrupt" in result.stdout and "1 failure(s)" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "['first']"
+    assert value(kernel, "first + 1") == 2  # the kernel is alive and answers
+
+
 TAMPER = """
 import json, nb_cudaguard.handoff as handoff
 real_write = handoff.write
