@@ -61,7 +61,8 @@ class NotCarriable(Exception):
 
 @dataclass
 class Measure:
-    """The pickle of one name: its size and time, or why it cannot be carried."""
+    """The pickle of one name: its size and time, or why it cannot be carried. ``file`` and ``sha256`` are set when
+    the pickle went into a file, and ``seconds`` then includes the hash and the write."""
 
     name: str
     bytes: int = 0
@@ -130,15 +131,17 @@ def _torch_device(obj) -> str | None:
 
 
 class _Budget:
-    """A sink that counts, hashes and optionally writes, and stops the pickle once a limit is passed."""
+    """A sink that counts and stops the pickle once a limit is passed; with a file, it also hashes and writes, as
+    long as the pickle fits in ``file_bytes`` (past that it lets the file go and only counts on)."""
 
-    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, digest: bool) -> None:
+    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, file_bytes: int) -> None:
         self.handle = handle
         self.max_bytes = max_bytes
         self.deadline = deadline
         self.max_seconds = max_seconds
+        self.file_bytes = file_bytes
         self.count = 0
-        self.hash = hashlib.sha256() if digest else None
+        self.hash = hashlib.sha256() if handle is not None else None
 
     def check_time(self) -> None:
         if time.perf_counter() > self.deadline:
@@ -152,9 +155,11 @@ class _Budget:
                 f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
             )
         self.check_time()
-        if self.hash is not None:
-            self.hash.update(data)
+        if self.handle is not None and self.count > self.file_bytes:
+            self.handle.close()
+            self.handle = self.hash = None
         if self.handle is not None:
+            self.hash.update(data)
             self.handle.write(data)
         return size
 
@@ -191,30 +196,33 @@ def _rebuilds_plainly(rebuild) -> bool:
     return _module_of(rebuild) != "builtins" or isinstance(rebuild, type)
 
 
-def measure(name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None) -> Measure:
-    """Pickle ``value`` (to ``path``, mode 0600, or nowhere) within the budgets; never raises for the value's sake.
-
-    A pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
+def measure(
+    name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None, file_bytes: int | None = None
+) -> Measure:
+    """Pickle ``value`` within the budgets, to nowhere or into ``path`` (mode 0600, created exclusively) with its
+    SHA-256: one pass gives both the cost the plan weighs and the file the restart carries. A pickle larger than
+    ``file_bytes`` (the disk budget other values left) is measured on without a file. Never raises for the value's
+    sake; a pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
     """
     from .probe import internal_use
 
     result = Measure(name)
     started = time.perf_counter()
-    handle = None
+    sink = None
     try:
+        handle = None
         if path is not None:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
-        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, digest=path is not None)
+        limit = max_bytes if file_bytes is None else file_bytes
+        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, limit)
         pickler = _CarryPickler(sink)
         with internal_use():  # our own read of CPU values, as a diagnosis does (the fault injection lets it pass)
             pickler.dump(value)
-        if handle is not None:
-            handle.close()
-            handle = None
+        if sink.handle is not None:
+            sink.handle.close()
+            result.file, result.sha256 = path.name, sink.hash.hexdigest()
         result.bytes, result.seconds = sink.count, time.perf_counter() - started
-        result.sha256 = sink.hash.hexdigest() if sink.hash is not None else None
-        result.file = path.name if path is not None else None
     except NotCarriable as exc:
         result.reason = str(exc)
     except OSError as exc:
@@ -222,12 +230,12 @@ def measure(name: str, value, max_bytes: int, max_seconds: float, path: Path | N
     except Exception as exc:  # an unpicklable object half-way: say which
         result.reason = f"could not be pickled ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
-        if handle is not None:
+        if sink is not None and sink.handle is not None and not sink.handle.closed:
             try:
-                handle.close()
+                sink.handle.close()
             except OSError:
                 pass
-        if result.reason is not None and path is not None:
+        if path is not None and result.file is None:
             path.unlink(missing_ok=True)
     return result
 

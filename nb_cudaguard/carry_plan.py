@@ -95,8 +95,10 @@ def _size(count: int) -> str:
 
 
 def cost_of(m: carry.Measure) -> float:
-    """Expected seconds to carry one value: pickling, writing, reading back."""
-    return m.seconds + 2 * m.bytes / DISK_BYTES_PER_SECOND
+    """Expected seconds to carry one value: pickling, writing, reading back (a pickle measured into its file has
+    the write in its time already)."""
+    passes = 1 if m.sha256 is not None else 2
+    return m.seconds + passes * m.bytes / DISK_BYTES_PER_SECOND
 
 
 class _Planner:
@@ -191,7 +193,9 @@ def build_carry_plan(
     directory: Path | None = None,
     hidden: Iterable[str] = (),
 ) -> CarryPlan:
-    """Decide per cell; with ``directory``, also write the carried values there (0600), dropping any that fail."""
+    """Decide per cell. With ``directory``, each candidate is pickled once, straight into a file there (0600): the
+    pickle that measures a value is the one the restart carries, and the files of values not carried are deleted.
+    Without it (a dry run, the panel), values are measured to nowhere and nothing is written."""
     plan = CarryPlan(base)
     planner = _Planner(base, journal, namespace)
     replay_set = set(replay_cells)
@@ -212,19 +216,22 @@ def build_carry_plan(
     hidden = set(hidden)
     live = {n: v for n, v in namespace.items() if _is_user_value(n, v, hidden)}
     sharing = identity.shared(live)
+    on_disk = 0
     for name in sorted(candidates - set(plan.refused)):
         if sharing.get(name):
             others = ", ".join(sorted(sharing[name])[:3])
             plan.refused[name] = f"shares objects with {others}: rebuilt together by replay, never carried apart"
             continue
-        m = carry.measure(name, namespace[name], max_bytes, max_seconds)
+        path = _value_path(directory, plan, name) if directory is not None else None
+        m = carry.measure(name, namespace[name], max_bytes, max_seconds, path, max_bytes - on_disk)
         plan.measures[name] = m
+        on_disk += m.bytes if m.file is not None else 0
         if not m.carriable:
             plan.refused[name] = m.reason
     needs = _needs(base, planner)
     while True:
         _search(plan, planner, skippable, needs, max_bytes, force)
-        if directory is None or _write(plan, namespace, directory, max_bytes, max_seconds):
+        if directory is None or _settle(plan, namespace, directory, max_bytes, max_seconds):
             break
     for name in sorted(force - set(plan.carried)):
         plan.notes.append(f"{name} cannot be carried: {plan.refused.get(name, 'no cell of the plan binds it')}.")
@@ -282,23 +289,29 @@ def _search(
     plan.expected_seconds, plan.steps = best
 
 
-def _write(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, max_seconds: float) -> bool:
-    """Write each carried value; a value that fails (disk full, budget, a pickle that breaks half-way) is refused
-    and the plan is made again without it. True when every carried value, and nothing else, is on disk."""
-    left = max_bytes - sum(m.bytes for m in plan.measures.values() if m.file is not None)
-    for name in plan.carried:
+def _value_path(directory: Path, plan: CarryPlan, name: str) -> Path:
+    """A name not used before in this plan: each value measured or written, and each refusal, changes it."""
+    return directory / f"value-{len(plan.measures)}-{len(plan.refused)}-{name[:40]}.pkl"
+
+
+def _settle(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, max_seconds: float) -> bool:
+    """Leave on disk exactly the carried values. Files of values not carried are deleted; a carried value that was
+    measured without a file (others had spent the disk budget) is written now, and if that fails (disk full, a
+    pickle that breaks this time) it is refused and the plan is made again without it. True when done."""
+    carried = set(plan.carried)
+    for name, m in plan.measures.items():
+        if m.file is not None and name not in carried:
+            (directory / m.file).unlink(missing_ok=True)
+            m.file = None
+    left = max_bytes - sum(plan.measures[name].bytes for name in carried if plan.measures[name].file is not None)
+    for name in sorted(carried):
         if plan.measures[name].file is not None:
             continue
-        path = directory / f"value-{len(plan.measures)}-{len(plan.refused)}-{name[:40]}.pkl"
-        written = carry.measure(name, namespace[name], left, max_seconds, path)
+        written = carry.measure(name, namespace[name], left, max_seconds, _value_path(directory, plan, name))
         if not written.carriable:
             plan.refused[name] = written.reason + "; replayed instead"
             plan.notes.append(f"{name} could not be carried ({written.reason}); its cells are replayed instead.")
             return False
         plan.measures[name] = written
         left -= written.bytes
-    for name, m in plan.measures.items():
-        if m.file is not None and name not in plan.carried:
-            (directory / m.file).unlink(missing_ok=True)
-            m.file = None
     return True
