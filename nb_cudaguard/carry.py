@@ -240,11 +240,12 @@ def measure(
     return result
 
 
-def load(path: Path, sha256: str):
-    """Read back a carried value, only if its bytes are those the (signed) handoff names."""
+def read_verified(path: Path, sha256: str) -> bytes:
+    """The bytes of a carried value, only if they are those the (signed) handoff names. Reading and hashing release
+    the GIL, so this can run beside the replay; unpickling is left to the caller."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read()
     if hashlib.sha256(data).hexdigest() != sha256:
         raise NotCarriable(f"{path.name} was changed after it was written")
-    return pickle.loads(data)
+    return data

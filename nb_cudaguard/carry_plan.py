@@ -73,7 +73,7 @@ class CarryPlan:
         lines = [
             f"nb_cudaguard carry plan ({self.base.mode}): ready in about {self.expected_seconds:.2f} s "
             f"instead of {base_seconds:.2f} s of plain replay; carrying {len(self.carried)} value(s), "
-            f"{_size(self.carried_bytes)}"
+            f"{size_text(self.carried_bytes)}"
         ]
         for step in self.steps:
             first = step.record.first_line
@@ -82,7 +82,7 @@ class CarryPlan:
             lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {what}: {step.reason}")
         for name in self.carried:
             m = self.measures[name]
-            lines.append(f"  carried {name}: {_size(m.bytes)}, pickled in {m.seconds:.3f} s")
+            lines.append(f"  carried {name}: {size_text(m.bytes)}, pickled in {m.seconds:.3f} s")
         if self.refused:
             lines.append("Not carried (rebuilt by replay if needed):")
             lines += [f"  {name}: {why}" for name, why in sorted(self.refused.items())]
@@ -90,7 +90,7 @@ class CarryPlan:
         return "\n".join(lines)
 
 
-def _size(count: int) -> str:
+def size_text(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count} bytes"
 
 
