@@ -3,9 +3,9 @@
 The approach is ElasticNotebook's store-or-recompute plan, applied to a poisoned GPU session: a cell is worth
 skipping when loading what it built costs less than running it (and whatever it needs) again. The expected time to
 ready is the recorded duration of each replayed cell plus, for each carried value, its pickle time and the time to
-write and read its bytes. A greedy search over the cells that may be skipped adds (or takes out) the cell that
-lowers that time most, until nothing does; it evaluates each choice with the same backward walk as the minimal
-replay plan, so that cells needed only by a carried cell drop out too.
+write and read its bytes. The search over the cells that may be skipped (``carry_search``) is exact for up to 14
+of them; it evaluates each choice with the same backward walk as the minimal replay plan, so that cells needed
+only by a carried cell drop out too.
 
 Correctness first. A name is carried only if:
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import carry, identity
+from .carry_search import Search
 from .recorder import CellRecord, Journal
 from .replay_plan import PlanStep, ReplayPlan, _keep_reason, _module_names
 
@@ -101,7 +102,9 @@ def cost_of(m: carry.Measure) -> float:
     return m.seconds + passes * m.bytes / DISK_BYTES_PER_SECOND
 
 
-class _Planner:
+class Planner:
+    """The journal's rules for one replay plan and namespace, and the backward walk that prices a choice."""
+
     def __init__(self, base: ReplayPlan, journal: Journal, namespace: dict) -> None:
         self.base = base
         self.journal = journal
@@ -111,6 +114,9 @@ class _Planner:
         self.binders: dict[str, set[str]] = {}
         for record in self.cells:
             self.binders.update(record.names.function_globals)
+        self.every = base.mode != "minimal"
+        self.present = frozenset(namespace)
+        self._facts: dict[int, tuple[frozenset, frozenset, bool]] = {}
 
     def writes(self, record: CellRecord) -> set[str]:
         names = record.names
@@ -147,33 +153,50 @@ class _Planner:
             return f"read by {early[0].label} before its last change"
         return None
 
-    def walk(self, carried: set[int], needs: set[str]) -> tuple[float, list[CarryStep], set[str]] | None:
-        """The steps and expected seconds if the cells in ``carried`` are skipped; None if that breaks a rule."""
-        needed = set(needs)
-        every = self.base.mode != "minimal"
-        steps: list[CarryStep] = []
-        loaded: set[str] = set()
-        seconds = 0.0
-        for record in reversed(self.cells):
+    def facts(self, record: CellRecord) -> tuple[frozenset, frozenset, bool]:
+        """What the walk reads of a cell, worked out once: the names it writes, those it changes in place, and
+        whether it is replayed whatever is needed (a process magic, a star import)."""
+        facts = self._facts.get(record.seq)
+        if facts is None:
             names = record.names
-            binds = self.writes(record)
-            changed = names.mutated - (names.call_mutated & self.modules)
-            if record.seq in carried:
-                load = sorted(binds & needed) if not every else sorted(binds & set(self.namespace))
-                steps.append(CarryStep(record, "carry" if load else "skip", _carry_reason(load), load))
-                loaded |= set(load)
-                needed -= binds
-            elif every or _keep_reason(record, binds & needed, changed & needed) is not None:
-                steps.append(CarryStep(record, "replay", "runs again"))
-                seconds += record.duration
-                needed -= names.rebound
-                needed |= names.used | changed
-                if binds & loaded:
-                    return None  # a replayed cell would change a carried value a second time
+            changed = frozenset(names.mutated - (names.call_mutated & self.modules))
+            always = _keep_reason(record, set(), set()) is not None
+            facts = self._facts[record.seq] = (frozenset(self.writes(record)), changed, always)
+        return facts
+
+    def advance(self, record: CellRecord, skip: bool, needed: frozenset, loaded: frozenset):
+        """One cell of the backward walk from the ready state, skipped or not: (what happens to it, the seconds it
+        adds by running again, the names needed and carried before it, the names it carries), or None if that
+        breaks a rule. The minimal plan's own walk, with skipped cells binding what they carry."""
+        binds, changed, always = self.facts(record)
+        if skip:
+            load = binds & (self.present if self.every else needed)
+            return ("carry" if load else "skip"), 0.0, needed - binds, loaded | load, load
+        if self.every or always or binds & needed:
+            if binds & loaded:
+                return None  # a replayed cell would change a carried value a second time
+            names = record.names
+            return "replay", record.duration, (needed - names.rebound) | names.used | changed, loaded, frozenset()
+        return "skip", 0.0, needed, loaded, frozenset()
+
+    def walk(self, skipped: set[int], needs: set[str]) -> list[CarryStep] | None:
+        """The steps if the cells in ``skipped`` are skipped; None if that breaks a rule."""
+        needed, loaded = frozenset(needs), frozenset()
+        steps: list[CarryStep] = []
+        for record in reversed(self.cells):
+            moved = self.advance(record, record.seq in skipped, needed, loaded)
+            if moved is None:
+                return None
+            action, _, needed, loaded, load = moved
+            if action == "replay":
+                reason = "runs again"
+            elif record.seq in skipped:
+                reason = _carry_reason(sorted(load))
             else:
-                steps.append(CarryStep(record, "skip", "only cells whose values are carried needed it"))
+                reason = "only cells whose values are carried needed it"
+            steps.append(CarryStep(record, action, reason, sorted(load)))
         steps.reverse()
-        return seconds, steps, loaded
+        return steps
 
 
 def _carry_reason(names: list[str]) -> str:
@@ -197,7 +220,7 @@ def build_carry_plan(
     pickle that measures a value is the one the restart carries, and the files of values not carried are deleted.
     Without it (a dry run, the panel), values are measured to nowhere and nothing is written."""
     plan = CarryPlan(base)
-    planner = _Planner(base, journal, namespace)
+    planner = Planner(base, journal, namespace)
     replay_set = set(replay_cells)
     force, never = set(force_carry), set(no_carry)
     skippable: list[CellRecord] = []
@@ -247,7 +270,7 @@ def _is_user_value(name: str, value, hidden: set[str]) -> bool:
     )
 
 
-def _needs(base: ReplayPlan, planner: _Planner) -> set[str]:
+def _needs(base: ReplayPlan, planner: Planner) -> set[str]:
     target = base.target
     needs = set(target.names.used | target.names.mutated) if target is not None else set()
     for record in planner.cells:
@@ -258,35 +281,20 @@ def _needs(base: ReplayPlan, planner: _Planner) -> set[str]:
 
 
 def _search(
-    plan: CarryPlan, planner: _Planner, skippable: list[CellRecord], needs: set[str], max_bytes: int, force: set[str]
+    plan: CarryPlan, planner: Planner, skippable: list[CellRecord], needs: set[str], max_bytes: int, force: set[str]
 ) -> None:
-    def evaluate(carried: set[int]):
-        result = planner.walk(carried, needs)
-        if result is None:
-            return None
-        seconds, steps, loaded = result
-        if any(name in plan.refused for name in loaded):
-            return None
-        if sum(plan.measures[n].bytes for n in loaded) > max_bytes:
-            return None
-        return seconds + sum(cost_of(plan.measures[n]) for n in loaded), steps
-
+    prices = {n: (cost_of(m), m.bytes) for n, m in plan.measures.items() if m.carriable and n not in plan.refused}
+    search = Search(planner, needs, prices, max_bytes)
     forced = {c.seq for c in skippable if planner.writes(c) & force}
-    best = evaluate(forced)
-    if best is None:
-        forced, best = set(), evaluate(set())
-    chosen = set(forced)
-    improved = True
-    while improved and best is not None:
-        improved = False
-        for seq in sorted({c.seq for c in skippable} - forced):
-            trial = chosen ^ {seq}
-            result = evaluate(trial)
-            if result is not None and result[0] < best[0] - 1e-9:
-                chosen, best, improved = trial, result, True
-    if best is None:  # the plain replay always passes the rules; this only guards a bug
-        best = (plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells])
-    plan.expected_seconds, plan.steps = best
+    if search.total(forced) is None:
+        forced = set()
+    chosen = search.best(forced, {c.seq for c in skippable} - forced)
+    if not search.complete:
+        plan.notes.append("The search for the fastest plan stopped at its limit: a faster one may exist.")
+    seconds, steps = search.total(chosen), planner.walk(chosen, needs)
+    if seconds is None or steps is None:  # the plain replay always passes the rules; this only guards a bug
+        seconds, steps = plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells]
+    plan.expected_seconds, plan.steps = seconds, steps
 
 
 def _value_path(directory: Path, plan: CarryPlan, name: str) -> Path:
