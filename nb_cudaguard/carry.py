@@ -10,7 +10,9 @@ module stops the pickle.
 Pickles can run code: ``__reduce__`` when the value is written, the reconstructor and ``__setstate__`` when it is
 read back. A class outside the trusted libraries (numpy, torch, pandas, the standard containers) that brings its
 own pickling code, or a reduction whose reconstructor is not a plain constructor, is refused: that value is rebuilt
-by replaying its cell instead, which is what would have happened anyway.
+by replaying its cell instead, which is what would have happened anyway. Classes, functions, and the callables a
+trusted library keeps under their own name (numpy's Cython reconstructors) are saved by reference, so their own
+pickling code is never asked.
 
 Each value is pickled on its own (protocol 5); ``identity`` keeps names that share objects from being carried.
 """
@@ -176,6 +178,9 @@ class _CarryPickler(pickle.Pickler):
             raise NotCarriable(why)
         if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
             return NotImplemented  # pickled by reference
+        name = _trusted_global(obj)
+        if name is not None:
+            return name  # saved as that global: nothing of it runs now, and loading it only looks the name up
         cls = type(obj)
         hook = _own_pickling_code(cls)
         if hook is not None:
@@ -189,6 +194,32 @@ class _CarryPickler(pickle.Pickler):
             where = f"{_module_of(rebuild)}.{getattr(rebuild, '__qualname__', rebuild)}"
             raise NotCarriable(f"loading it would call {where}, which may have side effects")
         return reduced
+
+
+def _trusted_global(obj) -> str | None:
+    """The qualified name of a callable that a trusted library's module holds under that name, such as numpy's
+    Cython reconstructors (``cython_function_or_method`` is neither a Python nor a builtin function). Pickled by
+    that name, it is a reference, not a value: its class's own pickling code is never asked. The names are read
+    through the C descriptors of its type only, so that no attribute code of an arbitrary object runs."""
+    if not callable(obj):
+        return None
+    module, qualname = _c_attribute(obj, "__module__"), _c_attribute(obj, "__qualname__")
+    if not (isinstance(module, str) and isinstance(qualname, str) and _trusted(module)):
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return qualname if found is obj else None
+
+
+def _c_attribute(obj, name: str):
+    for klass in type(obj).__mro__:
+        descriptor = vars(klass).get(name)
+        if descriptor is not None:
+            if isinstance(descriptor, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+                return descriptor.__get__(obj, type(obj))
+            return None
+    return None
 
 
 def _rebuilds_plainly(rebuild) -> bool:

@@ -22,8 +22,8 @@ def kernel():
 
 NOTEBOOK = [
     "import time\nimport types\nimport numpy as np\nimport torch\nframe_was_there = 'frame' in globals()",
-    "time.sleep(1.0)\nrng = np.random.default_rng(0)\n"
-    "frame = {'x': rng.random(200_000), 'y': rng.integers(0, 5, 200_000)}",
+    "time.sleep(1.0)\nrng = np.random.default_rng(0)\nlegacy = np.random.RandomState(1)\n"
+    "frame = {'x': rng.random(200_000), 'y': rng.integers(0, 5, 200_000) + legacy.randint(0, 2)}",
     "time.sleep(0.2)  # slower than carrying what it builds, so that the plan carries it\n"
     "tokenizer = types.SimpleNamespace(vocab={w: i for i, w in enumerate('abcdefg')}, lower=True)\n"
     "config = {'lr': 0.1, 'layers': [8, 4], 'name': 'run-1'}\nfeatures = torch.arange(12.0).reshape(3, 4)",
@@ -34,12 +34,14 @@ NOTEBOOK = [
 ]
 FAILING = (
     "out = model(features)\nassert frame['x'].shape[0] and tokenizer.vocab and config and on_device.shape\n"
+    "assert rng is not None and legacy is not None\n"
     "loss = torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 9]) + alias_a[0] * 0)"
 )
 SNAPSHOT = (
     "(float(frame['x'].sum()), int(frame['y'].sum()), sorted(tokenizer.vocab.items()), config, "
     "features.tolist(), model.weight.sum().item(), optimizer.param_groups[0]['params'][0] is model.weight, "
-    "alias_a is alias_b)"
+    "alias_a is alias_b, __import__('copy').deepcopy(rng).random(3).tolist(), "
+    "__import__('copy').deepcopy(legacy).rand(3).tolist())"  # the next numbers, without drawing them
 )
 
 
@@ -60,7 +62,7 @@ def test_cpu_values_are_carried_equal_and_the_rest_is_replayed(kernel):
     assert "carried" in first.stdout and "0 failure(s)" in first.stdout, first.stdout
     assert value(kernel, SNAPSHOT) == before  # carried values equal; model/optimizer identity rebuilt by replay
     carried = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried")
-    assert {"frame", "tokenizer", "config", "features"} <= set(carried)
+    assert {"frame", "tokenizer", "config", "features", "rng", "legacy"} <= set(carried)
     assert not {"model", "optimizer", "on_device", "alias_a", "alias_b"} & set(carried)
     replayed = value(kernel, "[r.first_line for r, _ in __import__('nb_cudaguard').get_guard().last_replay.ran]")
     assert not any(line.startswith("time.sleep") for line in replayed)  # the slow loading cell was skipped
