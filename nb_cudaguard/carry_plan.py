@@ -69,6 +69,16 @@ class CarryPlan:
         plan.notes = list(self.base.notes)
         return plan
 
+    def step_text(self, step: CarryStep) -> str:
+        """What happens to one cell: replayed, or skipped, with the values carried instead, their size and cost."""
+        if step.action == "replay":
+            return "replay"
+        if step.action == "skip":
+            return f"skip: {step.reason}"
+        measures = [self.measures[name] for name in step.names]
+        size, seconds = size_text(sum(m.bytes for m in measures)), sum(cost_of(m) for m in measures)
+        return f"skip, carried: {', '.join(step.names)} ({size}, about {seconds:.2f} s to carry)"
+
     def to_text(self) -> str:
         base_seconds = self.base.recorded_seconds
         lines = [
@@ -79,8 +89,7 @@ class CarryPlan:
         for step in self.steps:
             first = step.record.first_line
             first = first if len(first) <= 40 else first[:39] + "…"
-            what = {"replay": "replay", "carry": "skip, carried", "skip": "skip"}[step.action]
-            lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {what}: {step.reason}")
+            lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {self.step_text(step)}")
         for name in self.carried:
             m = self.measures[name]
             lines.append(f"  carried {name}: {size_text(m.bytes)}, pickled in {m.seconds:.3f} s")
