@@ -54,6 +54,8 @@ _TRUSTED_MODULES = (
     "builtins",
 )
 _SAFE_CALLABLES = frozenset({getattr})
+# A chunk of the pickle this large (an array's buffer, protocol 5) is hashed on a thread while it is written.
+_HASH_BESIDE_BYTES = 1 << 20
 _CUSTOM_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
 
 
@@ -160,7 +162,14 @@ class _Budget:
         if self.handle is not None and self.count > self.file_bytes:
             self.handle.close()
             self.handle = self.hash = None
-        if self.handle is not None:
+        if self.handle is not None and size >= _HASH_BESIDE_BYTES:
+            hashing = threading.Thread(target=self.hash.update, args=(data,), name="nb_cudaguard-hash")
+            hashing.start()  # hashing and writing both release the GIL: a large buffer costs the slower of the two
+            try:
+                self.handle.write(data)
+            finally:
+                hashing.join()
+        elif self.handle is not None:
             self.hash.update(data)
             self.handle.write(data)
         return size
