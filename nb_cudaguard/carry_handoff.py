@@ -81,7 +81,7 @@ class CarriedValues:
 
     def __init__(self, manifest: dict) -> None:
         self.manifest = manifest
-        self.first_skipped = int(manifest["first_skipped"])
+        self.first_skipped = int(manifest.get("first_skipped", 0))  # absent (an older nb_cudaguard): at once
         self._data: dict[str, bytes] = {}
         self._failure: str | None = None
         self._read_seconds = 0.0

@@ -4,8 +4,8 @@ The approach is ElasticNotebook's store-or-recompute plan, applied to a poisoned
 skipping when loading what it built costs less than running it (and whatever it needs) again. The expected time to
 ready is the recorded duration of each replayed cell plus, for each carried value, its pickle time and the time to
 write and read its bytes. The search over the cells that may be skipped (``carry_search``) is exact for up to 14
-of them; it evaluates each choice with the same backward walk as the minimal replay plan, so that cells needed
-only by a carried cell drop out too.
+of them, within a time cap; it evaluates each choice with the same backward walk as the minimal replay plan, so
+that cells needed only by a carried cell drop out too.
 
 Correctness first. A name is carried only if:
 
@@ -173,7 +173,9 @@ class Planner:
             facts = self._facts[record.seq] = (frozenset(self.writes(record)), changed, always)
         return facts
 
-    def advance(self, record: CellRecord, skip: bool, needed: frozenset, loaded: frozenset):
+    def advance(
+        self, record: CellRecord, skip: bool, needed: frozenset, loaded: frozenset
+    ) -> tuple[str, float, frozenset, frozenset, frozenset] | None:
         """One cell of the backward walk from the ready state, skipped or not: (what happens to it, the seconds it
         adds by running again, the names needed and carried before it, the names it carries), or None if that
         breaks a rule. The minimal plan's own walk, with skipped cells binding what they carry."""
@@ -298,8 +300,9 @@ def _search(
     if search.total(forced) is None:
         forced = set()
     chosen = search.best(forced, {c.seq for c in skippable} - forced)
-    if not search.complete:
-        plan.notes.append("The search for the fastest plan stopped at its limit: a faster one may exist.")
+    cut_short = "The search for the fastest plan stopped at its limit: a faster one may exist."
+    if not search.complete and cut_short not in plan.notes:  # the plan may be made again after a failed write
+        plan.notes.append(cut_short)
     seconds, steps = search.total(chosen), planner.walk(chosen, needs)
     if seconds is None or steps is None:  # the plain replay always passes the rules; this only guards a bug
         seconds, steps = plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells]
