@@ -4,7 +4,10 @@ The notebook: a data-loading cell that takes ``--load`` seconds (``time.sleep``)
 (numpy arrays), a model cell, and a failing cell that poisons the (simulated) GPU. Each round starts a fresh kernel,
 runs the notebook, then restarts with ``%cudaguard restart`` (carry) or ``%cudaguard restart --no-carry`` (the
 baseline, in the same run), and times from the restart request to the reply of the next cell, which waits for
-the rebuild. Target: ratio >= 3. The serialisation throughput is read from the plan the restart prints.
+the rebuild. Target: ratio >= 3. It also prints the parts, as medians: the restart cell (in the old process: the
+carry plan pickles the values there), the replay (in the new one) and each replayed cell, and for the carried
+values the time to read and check them (on a thread, beside the replay), how long the replay waited for that, and
+the unpickling. The serialisation throughput is read from the plan the restart prints.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/bench_carry.py [--rounds 1] [--load 5]``
 """
@@ -12,6 +15,7 @@ Run: ``PYTHONPATH=$PWD python benchmarks/bench_carry.py [--rounds 1] [--load 5]`
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import statistics
@@ -49,8 +53,13 @@ def _ok(kernel: KernelSession, code: str) -> str:
     return result.stdout + "".join(result.texts())
 
 
-def one_round(load: float, carry: bool) -> tuple[float, float, float]:
-    """(seconds to ready, serialisation bytes/s, checksum of frame after the rebuild)."""
+def _number(pattern: str, text: str) -> float | None:
+    found = re.search(pattern, text)
+    return float(found.group(1)) if found else None
+
+
+def one_round(load: float, carry: bool) -> dict:
+    """Seconds to ready and its parts, the serialisation rate, and a checksum of frame after the rebuild."""
     with KernelSession(extra_env=ENV) as kernel:
         for cell in _notebook(load):
             _ok(kernel, cell)
@@ -58,15 +67,32 @@ def one_round(load: float, carry: bool) -> tuple[float, float, float]:
             raise RuntimeError("the failing cell did not fail")
         started = time.perf_counter()
         printed = _ok(kernel, "%cudaguard restart" + ("" if carry else " --no-carry"))
+        restart_cell = time.perf_counter() - started
         after = _ok(kernel, "print(float(frame['price'].sum()))")
         ready = time.perf_counter() - started
-        throughput = 0.0
-        found = re.search(r"carried frame: ([\d.]+) MB, pickled in ([\d.]+) s", printed)
-        if found:
-            throughput = float(found.group(1)) * 1e6 / float(found.group(2))
-        if carry and not found:
-            raise RuntimeError("frame was not carried:\n" + printed)
-        return ready, throughput, float(after.strip().splitlines()[-1])
+        replay = "__import__('nb_cudaguard').get_guard().last_replay"
+        ran = _ok(kernel, f"print(repr([(r.first_line, s) for r, s in {replay}.ran]))")
+        facts = {
+            "ready": ready,
+            "restart cell": restart_cell,
+            "replay": _number(r"replayed \d+/\d+ cell\(s\) in ([\d.]+) s", after),
+            "checksum": float(after.strip().splitlines()[-1]),
+            "cells": dict(ast.literal_eval(ran.strip().splitlines()[-1])),
+        }
+        if carry:
+            found = re.search(r"carried frame: ([\d.]+) MB, pickled in ([\d.]+) s", printed)
+            if not found:
+                raise RuntimeError("frame was not carried:\n" + printed)
+            facts["rate"] = float(found.group(1)) * 1e6 / float(found.group(2))
+            facts["read and checked (beside the replay)"] = _number(r"read and checked in ([\d.]+) s", after)
+            facts["waited for"] = _number(r"\(([\d.]+) s waited for\)", after)
+            facts["unpickled"] = _number(r"unpickled in ([\d.]+) s", after)
+        return facts
+
+
+def _median(rounds: list[dict], key: str) -> str:
+    values = [r[key] for r in rounds if r.get(key) is not None]
+    return f"{statistics.median(values):.2f} s" if values else "-"
 
 
 def main() -> None:
@@ -74,21 +100,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--load", type=float, default=5.0)
     args = parser.parse_args()
-    carry, plain, rates, sums = [], [], [], set()
+    rounds: dict[str, list[dict]] = {"carry": [], "plain": []}
     for _ in range(args.rounds):  # alternate, so that a busy machine slows both alike
-        ready, rate, checksum = one_round(args.load, True)
-        carry.append(ready)
-        rates.append(rate)
-        sums.add(checksum)
-        ready, _, checksum = one_round(args.load, False)
-        plain.append(ready)
-        sums.add(checksum)
+        rounds["carry"].append(one_round(args.load, True))
+        rounds["plain"].append(one_round(args.load, False))
+    sums = {r["checksum"] for runs in rounds.values() for r in runs}
     assert len(sums) == 1, f"carried and replayed frames differ: {sums}"
-    c, p = statistics.median(carry), statistics.median(plain)
-    print(f"time to ready, carry plan : {c:.2f} s (rounds: {', '.join(f'{t:.2f}' for t in carry)})")
-    print(f"time to ready, plain replay: {p:.2f} s (rounds: {', '.join(f'{t:.2f}' for t in plain)})")
+    c, p = (statistics.median(r["ready"] for r in rounds[mode]) for mode in ("carry", "plain"))
+    for mode, label in (("carry", "carry plan "), ("plain", "plain replay")):
+        times = ", ".join(f"{r['ready']:.2f}" for r in rounds[mode])
+        print(f"time to ready, {label}: {statistics.median(r['ready'] for r in rounds[mode]):.2f} s (rounds: {times})")
     print(f"speed-up: {p / c:.2f}x (target >= 3x)")
-    print(f"serialisation throughput (pickle + sha256 + write, 200 MB): {statistics.median(rates) / 1e6:.0f} MB/s")
+    print("medians of the parts                      carry      plain")
+    for key in ("restart cell", "replay"):
+        print(f"  {key:<40}{_median(rounds['carry'], key):>7}  {_median(rounds['plain'], key):>9}")
+    cells = sorted({line for runs in rounds.values() for r in runs for line in r["cells"]})
+    for line in cells:
+        times = {mode: [r["cells"][line] for r in runs if line in r["cells"]] for mode, runs in rounds.items()}
+        shown = {mode: f"{statistics.median(t):.2f} s" if t else "-" for mode, t in times.items()}
+        print(f"    replayed: {line[:30]:<30}{shown['carry']:>7}  {shown['plain']:>9}")
+    for key in ("read and checked (beside the replay)", "waited for", "unpickled"):
+        print(f"  carried values: {key:<24}{_median(rounds['carry'], key):>7}")
+    rate = statistics.median(r["rate"] for r in rounds["carry"])
+    print(f"serialisation throughput (pickle + sha256 + write, 200 MB, in the restart cell): {rate / 1e6:.0f} MB/s")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ module stops the pickle.
 Pickles can run code: ``__reduce__`` when the value is written, the reconstructor and ``__setstate__`` when it is
 read back. A class outside the trusted libraries (numpy, torch, pandas, the standard containers) that brings its
 own pickling code, or a reduction whose reconstructor is not a plain constructor, is refused: that value is rebuilt
-by replaying its cell instead, which is what would have happened anyway.
+by replaying its cell instead, which is what would have happened anyway. Classes, functions, and the callables a
+trusted library keeps under their own name (numpy's Cython reconstructors) are saved by reference, so their own
+pickling code is never asked.
 
 Each value is pickled on its own (protocol 5); ``identity`` keeps names that share objects from being carried.
 """
@@ -52,6 +54,8 @@ _TRUSTED_MODULES = (
     "builtins",
 )
 _SAFE_CALLABLES = frozenset({getattr})
+# A chunk of the pickle this large (an array's buffer, protocol 5) is hashed on a thread while it is written.
+_HASH_BESIDE_BYTES = 1 << 20
 _CUSTOM_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
 
 
@@ -61,7 +65,8 @@ class NotCarriable(Exception):
 
 @dataclass
 class Measure:
-    """The pickle of one name: its size and time, or why it cannot be carried."""
+    """The pickle of one name: its size and time, or why it cannot be carried. ``file`` and ``sha256`` are set when
+    the pickle went into a file, and ``seconds`` then includes the hash and the write."""
 
     name: str
     bytes: int = 0
@@ -130,15 +135,17 @@ def _torch_device(obj) -> str | None:
 
 
 class _Budget:
-    """A sink that counts, hashes and optionally writes, and stops the pickle once a limit is passed."""
+    """A sink that counts and stops the pickle once a limit is passed; with a file, it also hashes and writes, as
+    long as the pickle fits in ``file_bytes`` (past that it lets the file go and only counts on)."""
 
-    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, digest: bool) -> None:
+    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, file_bytes: int) -> None:
         self.handle = handle
         self.max_bytes = max_bytes
         self.deadline = deadline
         self.max_seconds = max_seconds
+        self.file_bytes = file_bytes
         self.count = 0
-        self.hash = hashlib.sha256() if digest else None
+        self.hash = hashlib.sha256() if handle is not None else None
 
     def check_time(self) -> None:
         if time.perf_counter() > self.deadline:
@@ -152,9 +159,18 @@ class _Budget:
                 f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
             )
         self.check_time()
-        if self.hash is not None:
+        if self.handle is not None and self.count > self.file_bytes:
+            self.handle.close()
+            self.handle = self.hash = None
+        if self.handle is not None and size >= _HASH_BESIDE_BYTES:
+            hashing = threading.Thread(target=self.hash.update, args=(data,), name="nb_cudaguard-hash")
+            hashing.start()  # hashing and writing both release the GIL: a large buffer costs the slower of the two
+            try:
+                self.handle.write(data)
+            finally:
+                hashing.join()
+        elif self.handle is not None:
             self.hash.update(data)
-        if self.handle is not None:
             self.handle.write(data)
         return size
 
@@ -171,6 +187,9 @@ class _CarryPickler(pickle.Pickler):
             raise NotCarriable(why)
         if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
             return NotImplemented  # pickled by reference
+        name = _trusted_global(obj)
+        if name is not None:
+            return name  # saved as that global: nothing of it runs now, and loading it only looks the name up
         cls = type(obj)
         hook = _own_pickling_code(cls)
         if hook is not None:
@@ -186,35 +205,64 @@ class _CarryPickler(pickle.Pickler):
         return reduced
 
 
+def _trusted_global(obj) -> str | None:
+    """The qualified name of a callable that a trusted library's module holds under that name, such as numpy's
+    Cython reconstructors (``cython_function_or_method`` is neither a Python nor a builtin function). Pickled by
+    that name, it is a reference, not a value: its class's own pickling code is never asked. The names are read
+    through the C descriptors of its type only, so that no attribute code of an arbitrary object runs."""
+    if not callable(obj):
+        return None
+    module, qualname = _c_attribute(obj, "__module__"), _c_attribute(obj, "__qualname__")
+    if not (isinstance(module, str) and isinstance(qualname, str) and _trusted(module)):
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return qualname if found is obj else None
+
+
+def _c_attribute(obj, name: str):
+    for klass in type(obj).__mro__:
+        descriptor = vars(klass).get(name)
+        if descriptor is not None:
+            if isinstance(descriptor, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+                return descriptor.__get__(obj, type(obj))
+            return None
+    return None
+
+
 def _rebuilds_plainly(rebuild) -> bool:
     """Builtins are trusted only as types (``dict``, ``set``): ``eval``, ``exec``, ``open`` are builtins too."""
     return _module_of(rebuild) != "builtins" or isinstance(rebuild, type)
 
 
-def measure(name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None) -> Measure:
-    """Pickle ``value`` (to ``path``, mode 0600, or nowhere) within the budgets; never raises for the value's sake.
-
-    A pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
+def measure(
+    name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None, file_bytes: int | None = None
+) -> Measure:
+    """Pickle ``value`` within the budgets, to nowhere or into ``path`` (mode 0600, created exclusively) with its
+    SHA-256: one pass gives both the cost the plan weighs and the file the restart carries. A pickle larger than
+    ``file_bytes`` (the disk budget other values left) is measured on without a file. Never raises for the value's
+    sake; a pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
     """
     from .probe import internal_use
 
     result = Measure(name)
     started = time.perf_counter()
-    handle = None
+    sink = None
     try:
+        handle = None
         if path is not None:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
-        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, digest=path is not None)
+        limit = max_bytes if file_bytes is None else file_bytes
+        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, limit)
         pickler = _CarryPickler(sink)
         with internal_use():  # our own read of CPU values, as a diagnosis does (the fault injection lets it pass)
             pickler.dump(value)
-        if handle is not None:
-            handle.close()
-            handle = None
+        if sink.handle is not None:
+            sink.handle.close()
+            result.file, result.sha256 = path.name, sink.hash.hexdigest()
         result.bytes, result.seconds = sink.count, time.perf_counter() - started
-        result.sha256 = sink.hash.hexdigest() if sink.hash is not None else None
-        result.file = path.name if path is not None else None
     except NotCarriable as exc:
         result.reason = str(exc)
     except OSError as exc:
@@ -222,21 +270,22 @@ def measure(name: str, value, max_bytes: int, max_seconds: float, path: Path | N
     except Exception as exc:  # an unpicklable object half-way: say which
         result.reason = f"could not be pickled ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
-        if handle is not None:
+        if sink is not None and sink.handle is not None and not sink.handle.closed:
             try:
-                handle.close()
+                sink.handle.close()
             except OSError:
                 pass
-        if result.reason is not None and path is not None:
+        if path is not None and result.file is None:
             path.unlink(missing_ok=True)
     return result
 
 
-def load(path: Path, sha256: str):
-    """Read back a carried value, only if its bytes are those the (signed) handoff names."""
+def read_verified(path: Path, sha256: str) -> bytes:
+    """The bytes of a carried value, only if they are those the (signed) handoff names. Reading and hashing release
+    the GIL, so this can run beside the replay; unpickling is left to the caller."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read()
     if hashlib.sha256(data).hexdigest() != sha256:
         raise NotCarriable(f"{path.name} was changed after it was written")
-    return pickle.loads(data)
+    return data

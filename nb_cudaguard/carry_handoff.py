@@ -1,24 +1,28 @@
-"""Carried values across the exec: written next to the handoff, bound to it, read back before the replay.
+"""Carried values across the exec: written next to the handoff, bound to it, read back during the replay.
 
 The values sit in a private directory beside the handoff (0700, files 0600). The handoff, which is signed with
 the kernel's key, names each file with the SHA-256 of its bytes, so a file that was changed or not written by this
-kernel is refused before it is unpickled. Everything is loaded before the first replayed cell runs; if any value
-cannot be loaded, none is used and the new process replays the plan it would have run without carrying (the plan
-travels in the handoff too): carrying can make a rebuild faster, never lose it.
+kernel is refused before it is unpickled. A thread reads and checks the files as soon as the handoff is accepted,
+while the replay runs the cells that come before the first skipped one; there the replay waits for it, unpickles,
+and puts every value in the namespace. If any value cannot be loaded, none is used and the replay goes on with the
+plan it would have run without carrying (it travels in the handoff too), from that position: carrying can make a
+rebuild faster, never lose it.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from . import handoff
-from .carry import NotCarriable, load
-from .carry_plan import CarryPlan, build_carry_plan
+from .carry import NotCarriable, read_verified
+from .carry_plan import CarryPlan, build_carry_plan, size_text
 from .replay_plan import ReplayPlan
 
 
@@ -66,28 +70,64 @@ def prepare(
         ],
         "bytes": plan.carried_bytes,
         "base_plan": base.to_dict(),
+        "first_skipped": min(step.record.seq for step in plan.steps if step.action != "replay"),
         "expected_seconds": plan.expected_seconds,
     }
     return plan.replay_plan(), manifest, plan
 
 
-def restore(shell, manifest: dict) -> tuple[list[str], float, str | None]:
-    """Load every carried value into the namespace, or none. Returns (names, seconds, why none were loaded)."""
-    started = time.perf_counter()
-    directory = Path(manifest["dir"])
-    try:
-        info = os.lstat(directory)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            raise NotCarriable(f"{directory} is not a private directory")
-        values = {}
-        for entry in manifest["values"]:
-            values[entry["name"]] = load(directory / entry["file"], entry["sha256"])
-    except Exception as exc:
-        return [], time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    shell.user_ns.update(values)
-    return sorted(values), time.perf_counter() - started, None
+class CarriedValues:
+    """The values of one handoff: read and checked on a thread from the moment it exists, taken in by ``take``."""
+
+    def __init__(self, manifest: dict) -> None:
+        self.manifest = manifest
+        self.first_skipped = int(manifest.get("first_skipped", 0))  # absent (an older nb_cudaguard): at once
+        self._data: dict[str, bytes] = {}
+        self._failure: str | None = None
+        self._read_seconds = 0.0
+        self.names: list[str] = []
+        self.note = ""
+        self._thread = threading.Thread(target=self._read, name="nb_cudaguard-carry", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        started = time.perf_counter()
+        directory = Path(self.manifest["dir"])
+        try:
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+                raise NotCarriable(f"{directory} is not a private directory")
+            for entry in self.manifest["values"]:
+                self._data[entry["name"]] = read_verified(directory / entry["file"], entry["sha256"])
+        except Exception as exc:
+            self._failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+            self._read_seconds = time.perf_counter() - started
+
+    def take(self, shell) -> str | None:
+        """Wait for the reads, unpickle (in this thread: it may import modules) and put every value in the
+        namespace, or none. Returns None when taken (``names``, and ``note``: what it cost), else why not."""
+        begun = time.perf_counter()
+        self._thread.join()
+        waited = time.perf_counter() - begun
+        values, failure = {}, self._failure
+        if failure is None:
+            try:
+                values = {name: pickle.loads(data) for name, data in self._data.items()}
+            except Exception as exc:
+                values, failure = {}, f"{type(exc).__name__}: {exc}"
+        self._data.clear()
+        if failure is not None:
+            return failure
+        shell.user_ns.update(values)
+        self.names = sorted(values)
+        self.note = (
+            f"carried {len(values)} value(s), {size_text(self.manifest['bytes'])}: read and checked in "
+            f"{self._read_seconds:.2f} s beside the replay ({waited:.2f} s waited for), unpickled in "
+            f"{time.perf_counter() - begun - waited:.2f} s"
+        )
+        return None
 
 
 def discard(manifest: dict | None) -> None:

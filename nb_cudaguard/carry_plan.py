@@ -3,9 +3,9 @@
 The approach is ElasticNotebook's store-or-recompute plan, applied to a poisoned GPU session: a cell is worth
 skipping when loading what it built costs less than running it (and whatever it needs) again. The expected time to
 ready is the recorded duration of each replayed cell plus, for each carried value, its pickle time and the time to
-write and read its bytes. A greedy search over the cells that may be skipped adds (or takes out) the cell that
-lowers that time most, until nothing does; it evaluates each choice with the same backward walk as the minimal
-replay plan, so that cells needed only by a carried cell drop out too.
+write and read its bytes. The search over the cells that may be skipped (``carry_search``) is exact for up to 14
+of them, within a time cap; it evaluates each choice with the same backward walk as the minimal replay plan, so
+that cells needed only by a carried cell drop out too.
 
 Correctness first. A name is carried only if:
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import carry, identity
+from .carry_search import Search
 from .recorder import CellRecord, Journal
 from .replay_plan import PlanStep, ReplayPlan, _keep_reason, _module_names
 
@@ -68,21 +69,30 @@ class CarryPlan:
         plan.notes = list(self.base.notes)
         return plan
 
+    def step_text(self, step: CarryStep) -> str:
+        """What happens to one cell: replayed, or skipped, with the values carried instead, their size and cost."""
+        if step.action == "replay":
+            return "replay"
+        if step.action == "skip":
+            return f"skip: {step.reason}"
+        measures = [self.measures[name] for name in step.names]
+        size, seconds = size_text(sum(m.bytes for m in measures)), sum(cost_of(m) for m in measures)
+        return f"skip, carried: {', '.join(step.names)} ({size}, about {seconds:.2f} s to carry)"
+
     def to_text(self) -> str:
         base_seconds = self.base.recorded_seconds
         lines = [
             f"nb_cudaguard carry plan ({self.base.mode}): ready in about {self.expected_seconds:.2f} s "
             f"instead of {base_seconds:.2f} s of plain replay; carrying {len(self.carried)} value(s), "
-            f"{_size(self.carried_bytes)}"
+            f"{size_text(self.carried_bytes)}"
         ]
         for step in self.steps:
             first = step.record.first_line
             first = first if len(first) <= 40 else first[:39] + "…"
-            what = {"replay": "replay", "carry": "skip, carried", "skip": "skip"}[step.action]
-            lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {what}: {step.reason}")
+            lines.append(f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<40}  {self.step_text(step)}")
         for name in self.carried:
             m = self.measures[name]
-            lines.append(f"  carried {name}: {_size(m.bytes)}, pickled in {m.seconds:.3f} s")
+            lines.append(f"  carried {name}: {size_text(m.bytes)}, pickled in {m.seconds:.3f} s")
         if self.refused:
             lines.append("Not carried (rebuilt by replay if needed):")
             lines += [f"  {name}: {why}" for name, why in sorted(self.refused.items())]
@@ -90,16 +100,20 @@ class CarryPlan:
         return "\n".join(lines)
 
 
-def _size(count: int) -> str:
+def size_text(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count} bytes"
 
 
 def cost_of(m: carry.Measure) -> float:
-    """Expected seconds to carry one value: pickling, writing, reading back."""
-    return m.seconds + 2 * m.bytes / DISK_BYTES_PER_SECOND
+    """Expected seconds to carry one value: pickling, writing, reading back (a pickle measured into its file has
+    the write in its time already)."""
+    passes = 1 if m.sha256 is not None else 2
+    return m.seconds + passes * m.bytes / DISK_BYTES_PER_SECOND
 
 
-class _Planner:
+class Planner:
+    """The journal's rules for one replay plan and namespace, and the backward walk that prices a choice."""
+
     def __init__(self, base: ReplayPlan, journal: Journal, namespace: dict) -> None:
         self.base = base
         self.journal = journal
@@ -109,6 +123,9 @@ class _Planner:
         self.binders: dict[str, set[str]] = {}
         for record in self.cells:
             self.binders.update(record.names.function_globals)
+        self.every = base.mode != "minimal"
+        self.present = frozenset(namespace)
+        self._facts: dict[int, tuple[frozenset, frozenset, bool]] = {}
 
     def writes(self, record: CellRecord) -> set[str]:
         names = record.names
@@ -145,33 +162,52 @@ class _Planner:
             return f"read by {early[0].label} before its last change"
         return None
 
-    def walk(self, carried: set[int], needs: set[str]) -> tuple[float, list[CarryStep], set[str]] | None:
-        """The steps and expected seconds if the cells in ``carried`` are skipped; None if that breaks a rule."""
-        needed = set(needs)
-        every = self.base.mode != "minimal"
-        steps: list[CarryStep] = []
-        loaded: set[str] = set()
-        seconds = 0.0
-        for record in reversed(self.cells):
+    def facts(self, record: CellRecord) -> tuple[frozenset, frozenset, bool]:
+        """What the walk reads of a cell, worked out once: the names it writes, those it changes in place, and
+        whether it is replayed whatever is needed (a process magic, a star import)."""
+        facts = self._facts.get(record.seq)
+        if facts is None:
             names = record.names
-            binds = self.writes(record)
-            changed = names.mutated - (names.call_mutated & self.modules)
-            if record.seq in carried:
-                load = sorted(binds & needed) if not every else sorted(binds & set(self.namespace))
-                steps.append(CarryStep(record, "carry" if load else "skip", _carry_reason(load), load))
-                loaded |= set(load)
-                needed -= binds
-            elif every or _keep_reason(record, binds & needed, changed & needed) is not None:
-                steps.append(CarryStep(record, "replay", "runs again"))
-                seconds += record.duration
-                needed -= names.rebound
-                needed |= names.used | changed
-                if binds & loaded:
-                    return None  # a replayed cell would change a carried value a second time
+            changed = frozenset(names.mutated - (names.call_mutated & self.modules))
+            always = _keep_reason(record, set(), set()) is not None
+            facts = self._facts[record.seq] = (frozenset(self.writes(record)), changed, always)
+        return facts
+
+    def advance(
+        self, record: CellRecord, skip: bool, needed: frozenset, loaded: frozenset
+    ) -> tuple[str, float, frozenset, frozenset, frozenset] | None:
+        """One cell of the backward walk from the ready state, skipped or not: (what happens to it, the seconds it
+        adds by running again, the names needed and carried before it, the names it carries), or None if that
+        breaks a rule. The minimal plan's own walk, with skipped cells binding what they carry."""
+        binds, changed, always = self.facts(record)
+        if skip:
+            load = binds & (self.present if self.every else needed)
+            return ("carry" if load else "skip"), 0.0, needed - binds, loaded | load, load
+        if self.every or always or binds & needed:
+            if binds & loaded:
+                return None  # a replayed cell would change a carried value a second time
+            names = record.names
+            return "replay", record.duration, (needed - names.rebound) | names.used | changed, loaded, frozenset()
+        return "skip", 0.0, needed, loaded, frozenset()
+
+    def walk(self, skipped: set[int], needs: set[str]) -> list[CarryStep] | None:
+        """The steps if the cells in ``skipped`` are skipped; None if that breaks a rule."""
+        needed, loaded = frozenset(needs), frozenset()
+        steps: list[CarryStep] = []
+        for record in reversed(self.cells):
+            moved = self.advance(record, record.seq in skipped, needed, loaded)
+            if moved is None:
+                return None
+            action, _, needed, loaded, load = moved
+            if action == "replay":
+                reason = "runs again"
+            elif record.seq in skipped:
+                reason = _carry_reason(sorted(load))
             else:
-                steps.append(CarryStep(record, "skip", "only cells whose values are carried needed it"))
+                reason = "only cells whose values are carried needed it"
+            steps.append(CarryStep(record, action, reason, sorted(load)))
         steps.reverse()
-        return seconds, steps, loaded
+        return steps
 
 
 def _carry_reason(names: list[str]) -> str:
@@ -191,9 +227,11 @@ def build_carry_plan(
     directory: Path | None = None,
     hidden: Iterable[str] = (),
 ) -> CarryPlan:
-    """Decide per cell; with ``directory``, also write the carried values there (0600), dropping any that fail."""
+    """Decide per cell. With ``directory``, each candidate is pickled once, straight into a file there (0600): the
+    pickle that measures a value is the one the restart carries, and the files of values not carried are deleted.
+    Without it (a dry run, the panel), values are measured to nowhere and nothing is written."""
     plan = CarryPlan(base)
-    planner = _Planner(base, journal, namespace)
+    planner = Planner(base, journal, namespace)
     replay_set = set(replay_cells)
     force, never = set(force_carry), set(no_carry)
     skippable: list[CellRecord] = []
@@ -212,19 +250,22 @@ def build_carry_plan(
     hidden = set(hidden)
     live = {n: v for n, v in namespace.items() if _is_user_value(n, v, hidden)}
     sharing = identity.shared(live)
+    on_disk = 0
     for name in sorted(candidates - set(plan.refused)):
         if sharing.get(name):
             others = ", ".join(sorted(sharing[name])[:3])
             plan.refused[name] = f"shares objects with {others}: rebuilt together by replay, never carried apart"
             continue
-        m = carry.measure(name, namespace[name], max_bytes, max_seconds)
+        path = _value_path(directory, plan, name) if directory is not None else None
+        m = carry.measure(name, namespace[name], max_bytes, max_seconds, path, max_bytes - on_disk)
         plan.measures[name] = m
+        on_disk += m.bytes if m.file is not None else 0
         if not m.carriable:
             plan.refused[name] = m.reason
     needs = _needs(base, planner)
     while True:
         _search(plan, planner, skippable, needs, max_bytes, force)
-        if directory is None or _write(plan, namespace, directory, max_bytes, max_seconds):
+        if directory is None or _settle(plan, namespace, directory, max_bytes, max_seconds):
             break
     for name in sorted(force - set(plan.carried)):
         plan.notes.append(f"{name} cannot be carried: {plan.refused.get(name, 'no cell of the plan binds it')}.")
@@ -240,7 +281,7 @@ def _is_user_value(name: str, value, hidden: set[str]) -> bool:
     )
 
 
-def _needs(base: ReplayPlan, planner: _Planner) -> set[str]:
+def _needs(base: ReplayPlan, planner: Planner) -> set[str]:
     target = base.target
     needs = set(target.names.used | target.names.mutated) if target is not None else set()
     for record in planner.cells:
@@ -251,54 +292,46 @@ def _needs(base: ReplayPlan, planner: _Planner) -> set[str]:
 
 
 def _search(
-    plan: CarryPlan, planner: _Planner, skippable: list[CellRecord], needs: set[str], max_bytes: int, force: set[str]
+    plan: CarryPlan, planner: Planner, skippable: list[CellRecord], needs: set[str], max_bytes: int, force: set[str]
 ) -> None:
-    def evaluate(carried: set[int]):
-        result = planner.walk(carried, needs)
-        if result is None:
-            return None
-        seconds, steps, loaded = result
-        if any(name in plan.refused for name in loaded):
-            return None
-        if sum(plan.measures[n].bytes for n in loaded) > max_bytes:
-            return None
-        return seconds + sum(cost_of(plan.measures[n]) for n in loaded), steps
-
+    prices = {n: (cost_of(m), m.bytes) for n, m in plan.measures.items() if m.carriable and n not in plan.refused}
+    search = Search(planner, needs, prices, max_bytes)
     forced = {c.seq for c in skippable if planner.writes(c) & force}
-    best = evaluate(forced)
-    if best is None:
-        forced, best = set(), evaluate(set())
-    chosen = set(forced)
-    improved = True
-    while improved and best is not None:
-        improved = False
-        for seq in sorted({c.seq for c in skippable} - forced):
-            trial = chosen ^ {seq}
-            result = evaluate(trial)
-            if result is not None and result[0] < best[0] - 1e-9:
-                chosen, best, improved = trial, result, True
-    if best is None:  # the plain replay always passes the rules; this only guards a bug
-        best = (plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells])
-    plan.expected_seconds, plan.steps = best
+    if search.total(forced) is None:
+        forced = set()
+    chosen = search.best(forced, {c.seq for c in skippable} - forced)
+    cut_short = "The search for the fastest plan stopped at its limit: a faster one may exist."
+    if not search.complete and cut_short not in plan.notes:  # the plan may be made again after a failed write
+        plan.notes.append(cut_short)
+    seconds, steps = search.total(chosen), planner.walk(chosen, needs)
+    if seconds is None or steps is None:  # the plain replay always passes the rules; this only guards a bug
+        seconds, steps = plan.base.recorded_seconds, [CarryStep(r, "replay", "runs again") for r in planner.cells]
+    plan.expected_seconds, plan.steps = seconds, steps
 
 
-def _write(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, max_seconds: float) -> bool:
-    """Write each carried value; a value that fails (disk full, budget, a pickle that breaks half-way) is refused
-    and the plan is made again without it. True when every carried value, and nothing else, is on disk."""
-    left = max_bytes - sum(m.bytes for m in plan.measures.values() if m.file is not None)
-    for name in plan.carried:
+def _value_path(directory: Path, plan: CarryPlan, name: str) -> Path:
+    """A name not used before in this plan: each value measured or written, and each refusal, changes it."""
+    return directory / f"value-{len(plan.measures)}-{len(plan.refused)}-{name[:40]}.pkl"
+
+
+def _settle(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, max_seconds: float) -> bool:
+    """Leave on disk exactly the carried values. Files of values not carried are deleted; a carried value that was
+    measured without a file (others had spent the disk budget) is written now, and if that fails (disk full, a
+    pickle that breaks this time) it is refused and the plan is made again without it. True when done."""
+    carried = set(plan.carried)
+    for name, m in plan.measures.items():
+        if m.file is not None and name not in carried:
+            (directory / m.file).unlink(missing_ok=True)
+            m.file = None
+    left = max_bytes - sum(plan.measures[name].bytes for name in carried if plan.measures[name].file is not None)
+    for name in sorted(carried):
         if plan.measures[name].file is not None:
             continue
-        path = directory / f"value-{len(plan.measures)}-{len(plan.refused)}-{name[:40]}.pkl"
-        written = carry.measure(name, namespace[name], left, max_seconds, path)
+        written = carry.measure(name, namespace[name], left, max_seconds, _value_path(directory, plan, name))
         if not written.carriable:
             plan.refused[name] = written.reason + "; replayed instead"
             plan.notes.append(f"{name} could not be carried ({written.reason}); its cells are replayed instead.")
             return False
         plan.measures[name] = written
         left -= written.bytes
-    for name, m in plan.measures.items():
-        if m.file is not None and name not in plan.carried:
-            (directory / m.file).unlink(missing_ok=True)
-            m.file = None
     return True

@@ -138,30 +138,52 @@ class Panel:
         self.buttons[key] = button
 
     def _plan_section(self, w):
+        from html import escape
+
+        from .carry_plan import size_text
         from .replay_plan import build_plan
 
         journal = self.guard.journal
         minimal = build_plan(journal, "minimal")
         everything = build_plan(journal, "all")
         self.minimal = {step.record.seq for step in minimal.steps}
+        carry = self._carry_preview(minimal)
+        fates = {step.record.seq: carry.step_text(step) for step in carry.steps} if carry is not None else {}
         for step in everything.steps:
             record = step.record
             if record.execution_count is None:
                 continue
+            fate = f"  · {fates[record.seq]}" if record.seq in fates else ""
             box = w.Checkbox(
                 value=record.seq in self.minimal,
-                description=f"{record.label}  {record.duration:.2f} s  {_shorten(record.first_line)}",
+                description=f"{record.label}  {record.duration:.2f} s  {_shorten(record.first_line)}{fate}",
                 indent=False,
                 layout=w.Layout(width="100%"),
             )
             self.plan_boxes.append((box, record))
         target = f" for {minimal.target.label}" if minimal.target is not None else ""
+        carrying = ""
+        if carry is not None:
+            carrying = (
+                f" With {len(carry.carried)} value(s) carried across the restart ({size_text(carry.carried_bytes)}),"
+                f" the ticked plan is ready in about {carry.expected_seconds:.2f} s: each of its rows says whether"
+                " the cell is replayed or skipped because its values are carried."
+            )
         head = w.HTML(
             f"<b>Replay plan</b>{target}: {len(minimal.steps)} of {len(everything.steps)} recorded cells rebuild what "
-            f"the failing cell reads ({minimal.recorded_seconds:.2f} s as recorded). Untick a slow cell to leave it "
-            "out; tick one to add it."
+            f"the failing cell reads ({minimal.recorded_seconds:.2f} s as recorded).{escape(carrying)} Untick a slow "
+            "cell to leave it out; tick one to add it."
         )
         return w.VBox([head, *(box for box, _ in self.plan_boxes)])
+
+    def _carry_preview(self, minimal):
+        """The carry plan the restart would make for the ticked cells, measured without writing anything (the
+        values are pickled to nowhere), when ``CudaGuard.carry`` is on; else None."""
+        if not (self.guard.carry and minimal.steps and minimal.target is not None):
+            return None
+        from .carry_handoff import plan_for
+
+        return plan_for(self.guard.shell, self.guard, minimal)
 
     def bundle(self) -> dict:
         view = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import handoff
@@ -206,8 +207,13 @@ class _Resume:
         )
         guard.last_replay = self.outcome
         self.requests = _KeptRequests(self.kernel, _frames(payload)) if self.kernel is not None else None
+        self.carried = None  # CarriedValues until they are taken
 
     def start(self) -> None:
+        if self.options.get("carry"):
+            from .carry_handoff import CarriedValues
+
+            self.carried = CarriedValues(self.options["carry"])  # starts reading at once
         _show_once(self.shell, self._next_cell_text)
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
@@ -236,11 +242,10 @@ class _Resume:
         lock = getattr(self.kernel, "_main_asyncio_lock", None)
         async with lock if lock is not None else contextlib.nullcontext():
             started = time.perf_counter()
-            self._restore_carried()
-            for index, step in enumerate(self.outcome.plan.steps, 1):
-                self._progress(index, step.record)
-                result, output, seconds = await self._run_async(step.record.source)
-                if not self._record(step.record, result, output, seconds):
+            for index, record in enumerate(self._cells(), 1):
+                self._progress(index, record)
+                result, output, seconds = await self._run_async(record.source)
+                if not self._record(record, result, output, seconds):
                     break
             self._finish_replay(started)
             await wait_for_clients(self.kernel)  # what runs next must not publish into the void
@@ -249,13 +254,12 @@ class _Resume:
 
     def run_sync(self) -> None:
         started = time.perf_counter()
-        self._restore_carried()
-        for index, step in enumerate(self.outcome.plan.steps, 1):
-            self._progress(index, step.record)
+        for index, record in enumerate(self._cells(), 1):
+            self._progress(index, record)
             begun = time.perf_counter()
             with _captured() as output:
-                result = self.shell.run_cell(step.record.source, silent=True)
-            if not self._record(step.record, result, output.text(), time.perf_counter() - begun):
+                result = self.shell.run_cell(record.source, silent=True)
+            if not self._record(record, result, output.text(), time.perf_counter() - begun):
                 break
         self._finish_replay(started)
 
@@ -275,19 +279,30 @@ class _Resume:
                 )
         return result, output.text(), time.perf_counter() - begun
 
-    def _restore_carried(self) -> None:
-        """Carried values go in first; if any cannot be loaded, none is used and the plain plan runs instead."""
-        manifest = self.options.get("carry")
-        if not manifest:
+    def _cells(self) -> Iterator[CellRecord]:
+        """The cells to replay, in order. The carried values, read on a thread meanwhile, go into the namespace
+        just before the position of the first cell the carry plan skips; if they cannot be used, the plain plan's
+        cells from that position on run instead: nothing runs twice or out of order, nothing is lost."""
+        if self.carried is None:
+            yield from (step.record for step in self.outcome.plan.steps)
             return
-        from .carry_handoff import restore
+        position = self.carried.first_skipped
+        yield from (step.record for step in self.outcome.plan.steps if step.record.seq < position)
+        self._take_carried()
+        yield from (step.record for step in self.outcome.plan.steps if step.record.seq >= position)
 
-        self.outcome.carried, seconds, failure = restore(self.shell, manifest)
+    def _take_carried(self) -> None:
+        carried, self.carried = self.carried, None
+        failure = carried.take(self.shell)
         if failure is None:
-            self.outcome.carry_note = f"carried {len(self.outcome.carried)} value(s) in {seconds:.2f} s"
+            self.outcome.carried, self.outcome.carry_note = carried.names, carried.note
             return
-        self.outcome.plan = ReplayPlan.from_dict(manifest["base_plan"], self.guard.journal)
-        self.outcome.carry_note = f"carried values not used ({failure}); replaying the cells that built them"
+        self.outcome.plan = ReplayPlan.from_dict(carried.manifest["base_plan"], self.guard.journal)
+        position = self.guard.journal.by_seq(carried.first_skipped)
+        self.outcome.carry_note = (
+            f"carried values not used ({failure}); replaying the cells that built them, from "
+            f"{position.label if position is not None else 'there'}"
+        )
         _log(self.shell, "nb_cudaguard: " + self.outcome.carry_note)
 
     # --- bookkeeping
@@ -302,7 +317,10 @@ class _Resume:
         return False
 
     def _finish_replay(self, started: float) -> None:
-        """Time, names, the optional diagnosis, then mark the replay done (the next cell waits for that)."""
+        """Carried values the replay did not reach (it stopped early), time, names, the optional diagnosis, then
+        mark the replay done (the next cell waits for that)."""
+        if self.carried is not None:
+            self._take_carried()
         self.outcome.seconds = time.perf_counter() - started
         self.outcome.names = sorted(
             name

@@ -21,12 +21,12 @@ def kernel():
 
 
 NOTEBOOK = [
-    "import time\nimport types\nimport numpy as np\nimport torch",
-    "time.sleep(1.0)\nrng = np.random.default_rng(0)\n"
-    "frame = {'x': rng.random(200_000), 'y': rng.integers(0, 5, 200_000)}",
-    "tokenizer = types.SimpleNamespace(vocab={w: i for i, w in enumerate('abcdefg')}, lower=True)",
-    "config = {'lr': 0.1, 'layers': [8, 4], 'name': 'run-1'}",
-    "features = torch.arange(12.0).reshape(3, 4)",
+    "import time\nimport types\nimport numpy as np\nimport torch\nframe_was_there = 'frame' in globals()",
+    "time.sleep(1.0)\nrng = np.random.default_rng(0)\nlegacy = np.random.RandomState(1)\n"
+    "frame = {'x': rng.random(200_000), 'y': rng.integers(0, 5, 200_000) + legacy.randint(0, 2)}",
+    "time.sleep(0.2)  # slower than carrying what it builds, so that the plan carries it\n"
+    "tokenizer = types.SimpleNamespace(vocab={w: i for i, w in enumerate('abcdefg')}, lower=True)\n"
+    "config = {'lr': 0.1, 'layers': [8, 4], 'name': 'run-1'}\nfeatures = torch.arange(12.0).reshape(3, 4)",
     "torch.manual_seed(0)\nmodel = torch.nn.Linear(4, 5)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
     "on_device = torch.ones(3, device='meta')",
     "alias_a = alias_b = [1, 2]",
@@ -34,12 +34,14 @@ NOTEBOOK = [
 ]
 FAILING = (
     "out = model(features)\nassert frame['x'].shape[0] and tokenizer.vocab and config and on_device.shape\n"
+    "assert rng is not None and legacy is not None\n"
     "loss = torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 9]) + alias_a[0] * 0)"
 )
 SNAPSHOT = (
     "(float(frame['x'].sum()), int(frame['y'].sum()), sorted(tokenizer.vocab.items()), config, "
     "features.tolist(), model.weight.sum().item(), optimizer.param_groups[0]['params'][0] is model.weight, "
-    "alias_a is alias_b)"
+    "alias_a is alias_b, __import__('copy').deepcopy(rng).random(3).tolist(), "
+    "__import__('copy').deepcopy(legacy).rand(3).tolist())"  # the next numbers, without drawing them
 )
 
 
@@ -60,12 +62,13 @@ def test_cpu_values_are_carried_equal_and_the_rest_is_replayed(kernel):
     assert "carried" in first.stdout and "0 failure(s)" in first.stdout, first.stdout
     assert value(kernel, SNAPSHOT) == before  # carried values equal; model/optimizer identity rebuilt by replay
     carried = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried")
-    assert {"frame", "tokenizer", "config", "features"} <= set(carried)
+    assert {"frame", "tokenizer", "config", "features", "rng", "legacy"} <= set(carried)
     assert not {"model", "optimizer", "on_device", "alias_a", "alias_b"} & set(carried)
     replayed = value(kernel, "[r.first_line for r, _ in __import__('nb_cudaguard').get_guard().last_replay.ran]")
     assert not any(line.startswith("time.sleep") for line in replayed)  # the slow loading cell was skipped
     assert any(line.startswith("torch.manual_seed") for line in replayed)
     assert value(kernel, "(type(on_device).__name__, on_device.device.type)") == ("Tensor", "meta")
+    assert value(kernel, "frame_was_there") is False  # carried values arrive after the cells before their own
 
 
 SNEAKY = '''
@@ -136,3 +139,22 @@ def test_a_changed_carried_value_is_refused_and_its_cells_are_replayed(kernel):
     assert "carried values not used" in first.stdout and "was changed after it was written" in first.stdout
     assert first.stdout.strip().splitlines()[-1] == str(sum(range(50_000)))
     assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == []
+
+
+def test_values_that_fail_to_load_after_replayed_cells_ran_switch_to_the_plain_plan_from_there(kernel, tmp_path):
+    log = tmp_path / "ran.log"
+    run_ok(kernel, f"import time\nimport numpy as np\nwith open({str(log)!r}, 'a') as f:\n    f.write('1')")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(50_000)")
+    run_ok(kernel, f"with open({str(log)!r}, 'a') as f:\n    f.write('3')\ntotal = int(values.sum())")
+    assert kernel.run("print(values[0], total, np.pi)\nmissing_name").status == "error"
+    run_ok(kernel, TAMPER_CARRIED)
+    restart = run_ok(kernel, "%cudaguard restart")
+    assert "skip, carried: values (0.4 MB, about" in restart.stdout, restart.stdout
+    first = run_ok(kernel, "print(int(values.sum()), total)", timeout=120)
+    assert "carried values not used" in first.stdout and "was changed after it was written" in first.stdout
+    assert "replaying the cells that built them, from [3]" in first.stdout, first.stdout
+    assert first.stdout.strip().splitlines()[-1] == f"{sum(range(50_000))} {sum(range(50_000))}"
+    assert log.read_text() == "1313"  # the cell before the switch ran once, then the plain plan from there
+    replay = "__import__('nb_cudaguard').get_guard().last_replay"
+    assert value(kernel, f"[r.execution_count for r, _ in {replay}.ran]") == [2, 3, 4]  # [1] loaded nb_cudaguard
+    assert value(kernel, f"{replay}.carried") == []

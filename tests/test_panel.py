@@ -172,3 +172,23 @@ def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in
     printed = "".join(m["content"].get("text", "") for m in after if m["msg_type"] == "stream")
     labels, same_pid = ast.literal_eval(printed.strip().splitlines()[-1])
     assert labels == [0, 195, 17, 100] and same_pid is None  # rebuilt by the replay; PID's cell was not needed
+
+
+def test_with_carry_on_each_row_of_the_plan_says_replay_or_skip_because_its_values_are_carried(shell):
+    slow = "import time\ntime.sleep(0.3)\nclass_names = [f'class {i}' for i in range(195)]"
+    for cell in [*SETUP, slow]:
+        assert shell.run_cell(cell).success, cell
+    with capture_output():
+        assert not shell.run_cell(FAILING + " if class_names else None").success
+    guard = get_guard(shell)
+    panel = Panel(gather(guard.last_report), guard)
+    rows = {record.first_line: box.description for box, record in panel.plan_boxes}
+    assert rows["import torch"].endswith("· replay")  # a module is imported again, never carried
+    assert "· skip, carried: class_names (" in rows["import time"] and "s to carry)" in rows["import time"]
+    assert "·" not in rows["unrelated = 1"]  # not in the plan
+    head = panel.widget.children[1].children[0].value
+    assert "value(s) carried across the restart" in head and "the ticked plan is ready in about" in head
+
+    guard.carry = False
+    rows = {record.first_line: box.description for box, record in Panel(gather(guard.last_report), guard).plan_boxes}
+    assert not any("·" in row for row in rows.values())
