@@ -15,6 +15,7 @@ import base64
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -270,7 +271,7 @@ class _Resume:
         except Exception:
             transformed, error = source, sys.exc_info()
         begun = time.perf_counter()
-        with _captured() as output:
+        with _captured() as output, _interruptible():
             if error is None and not shell.should_run_async(source, transformed_cell=transformed):
                 result = shell.run_cell(source, silent=True)
             else:
@@ -343,7 +344,7 @@ class _Resume:
         except ImportError:
             return "skipped: the %%cudacheck checks (nb_cudaguard.guard) are not part of this installation"
         source = self.outcome.plan.target.source
-        with _captured() as output:
+        with _captured() as output, _interruptible():
             result = self.shell.run_cell("%%cudacheck\n" + source, silent=True)
         error = result.error_before_exec or result.error_in_exec
         if error is None:
@@ -459,6 +460,21 @@ def clients_back(kernel) -> threading.Event:
     send_welcome.clients_back = back
     iopub._send_welcome_message = send_welcome
     return back
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """A kernel ignores SIGINT outside its request handlers and turns it into KeyboardInterrupt inside them (its
+    ``pre_handler_hook``). The replay runs outside any handler, so without this the Interrupt button could not stop
+    a long replayed cell, and the user's next cell would wait for it. As in a handler, only while a cell runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def _tail(text: str) -> str:
