@@ -7,7 +7,8 @@ old panel live again: its status line shows the replay's progress and result, an
 The restart buttons stay disabled: the context they were for is gone.
 
 Messages published before a frontend has reconnected are dropped, so nothing is sent until a client has
-subscribed to iopub again (ipykernel >= 7 says so with its welcome message) or a second has passed.
+subscribed to iopub again (ipykernel 7 says so with its welcome message; on ipykernel 6 a TCP connection to the
+iopub port is the sign) or a second has passed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import threading
 import time
 
-from .resume import clients_back
+from .resume import clients_are_back
 
 ENV = "NB_CUDAGUARD_PANEL"
 MARKDOWN_LIMIT = 64 * 1024  # one environment string may hold 128 KiB on Linux
@@ -84,7 +85,6 @@ class _Follower:
         self.state = state
         self.outcome = outcome
         self.kernel = kernel
-        self.clients_back = clients_back(kernel)
 
     def run(self) -> None:
         try:
@@ -97,7 +97,10 @@ class _Follower:
     def _follow(self) -> None:
         from .panel import copy_report, status_html
 
-        self.clients_back.wait(CLIENT_WAIT)
+        deadline = time.monotonic() + CLIENT_WAIT
+        while not clients_are_back(self.kernel) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # a subscription follows its connection
         widgets = self._attach()
 
         status = widgets["status"]

@@ -219,6 +219,7 @@ class _Resume:
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
 
+            clients_back(self.kernel)  # watch for the first welcome from now on
             IOLoop.current().add_callback(self._schedule)
         else:
             self.run_sync()
@@ -416,11 +417,15 @@ class _KeptRequests:
 
 async def wait_for_clients(kernel) -> None:
     """Until a client is back on iopub, or ``_CLIENT_WAIT`` after the sockets were bound."""
-    back = clients_back(kernel)
     bound_at = time.monotonic() - _seconds_since_bind(kernel)
-    while not (back.is_set() or _iopub_peer(kernel)) and time.monotonic() - bound_at < _CLIENT_WAIT:
+    while not clients_are_back(kernel) and time.monotonic() - bound_at < _CLIENT_WAIT:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
+
+
+def clients_are_back(kernel) -> bool:
+    """Has a client come back to iopub (so that what is published now reaches it)?"""
+    return clients_back(kernel).is_set() or _iopub_peer(kernel)
 
 
 def _iopub_peer(kernel) -> bool:
