@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
 from .capture import OutputCapture
-from .diagnosis import diagnose
 from .errors import CudaCheckError
 from .incident import Incident, build_incident
 from .recorder import CellRecord, Journal
-from .report import Report
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 class CudaGuard(Configurable):
@@ -123,6 +125,9 @@ class CudaGuard(Configurable):
             cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
             namespace=self.shell.user_ns,
         )
+        from .diagnosis import diagnose  # the diagnosis and report are needed only after a failure
+        from .report import Report
+
         report = Report(incident, diagnose(incident, journal=self.journal))
         self.incidents = [*self.incidents[-9:], incident]
         self.last_report = report

@@ -429,10 +429,9 @@ def clients_are_back(kernel) -> bool:
 
 
 def _iopub_peer(kernel) -> bool:
-    """Where subscriptions cannot be seen (ipykernel 6 publishes on a PUB socket, with no welcome message), a
-    client's TCP connection to the iopub port is the nearest sign: its subscription follows in the same handshake."""
-    if hasattr(getattr(kernel, "iopub_thread", None), "_send_welcome_message"):
-        return False  # subscriptions are seen there (see clients_back)
+    """A client's TCP connection to the iopub port: its subscription follows in the same handshake. The one sign on
+    ipykernel 6 (a PUB socket, no welcome message), and on ipykernel 7 the sign that the first welcome went out
+    before ``clients_back`` could watch for it (the extension loads after the kernel binds)."""
     try:
         import psutil
         import zmq
