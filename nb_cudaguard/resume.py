@@ -28,10 +28,9 @@ from .recorder import CellRecord, Journal, JournalError
 from .replay_plan import ReplayPlan
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
-# dropped by the ROUTER socket, its output by the PUB socket: requests from the restart window are answered once a
-# client has subscribed to iopub again, or at the latest this long after the sockets were bound. The subscription
-# is often seen before this module can watch for it (the extension loads after the kernel binds), so the wait is
-# what usually applies; on a loaded machine a client's iopub can take most of a second to come back.
+# dropped by the ROUTER socket, its output by the PUB socket: after the replay, requests are answered once a client
+# is back on iopub (its welcome message, or its TCP connection: see wait_for_clients), or at the latest this long
+# after the sockets were bound; on a loaded machine a client's iopub can take most of a second to come back.
 _CLIENT_WAIT = 1.0
 _OUTPUT_TAIL = 2000
 
