@@ -158,3 +158,24 @@ def test_values_that_fail_to_load_after_replayed_cells_ran_switch_to_the_plain_p
     replay = "__import__('nb_cudaguard').get_guard().last_replay"
     assert value(kernel, f"[r.execution_count for r, _ in {replay}.ran]") == [2, 3, 4]  # [1] loaded nb_cudaguard
     assert value(kernel, f"{replay}.carried") == []
+
+
+def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_rest_carried(kernel):
+    """The disk filling up half-way, for real: a file-size limit on the kernel (RLIMIT_FSIZE, with SIGXFSZ
+    ignored) makes the write of the big value fail part-way with an OSError, as a full disk does."""
+    for cell in [
+        "import time\nimport numpy as np",
+        "time.sleep(0.5)\nbig = np.arange(1_000_000)  # 8 MB",
+        "time.sleep(0.5)\nsmall = np.arange(10)",
+        "%cudaguard simulate on",
+        "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))",
+    ]:
+        run_ok(kernel, cell)
+    assert kernel.run("import torch\ntorch.ones(1)[torch.tensor([big[-1] + small[0]])]").status == "error"
+    printed = run_ok(kernel, "%cudaguard restart").stdout
+    assert "big: could not be written (File too large)" in printed, printed
+    first = run_ok(kernel, "print(int(big.sum()), small.tolist())")
+    assert "0 failure(s)" in first.stdout and "carried 1 value(s)" in first.stdout, first.stdout
+    assert first.stdout.strip().splitlines()[-1] == f"499999500000 {list(range(10))}"
+    assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == ["small"]
