@@ -361,9 +361,14 @@ class _KernelRestart:
         """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
         import zmq
 
+        from .resume import show_at_next_cell
+
         self.guard.restarting = False
-        self.guard.restart_failure = f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc})."
+        self.guard.restart_failure = (
+            f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this kernel goes on as it was."
+        )
         self.kernel.log.error(self.guard.restart_failure)
+        show_at_next_cell(self.shell, lambda: self.guard.restart_failure)
         dispatch = type(self.kernel).dispatch_shell  # not the capture, which still keeps whatever arrives meanwhile
         while self.pending:
             await dispatch(self.kernel, [zmq.Frame(frame) for frame in self.pending.pop(0)])

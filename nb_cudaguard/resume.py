@@ -117,7 +117,7 @@ def resume_after_restart(shell, guard) -> None:
 
         shutil.rmtree(carry_dir(binding), ignore_errors=True)  # values that came with it are never read
         _log(shell, str(exc))
-        _show_once(shell, lambda: guard.restart_failure)
+        show_at_next_cell(shell, lambda: guard.restart_failure)
         kernel = getattr(shell, "kernel", None)
         if kernel is not None and isinstance(exc.document, dict):
             from tornado.ioloop import IOLoop
@@ -133,7 +133,7 @@ def resume_after_restart(shell, guard) -> None:
     except (JournalError, KeyError, TypeError, ValueError) as exc:  # signed by us, so a bug: say so, run nothing
         guard.restart_failure = f"nb_cudaguard: the restart handoff could not be read ({exc}); nothing was replayed."
         _log(shell, guard.restart_failure)
-        _show_once(shell, lambda: guard.restart_failure)
+        show_at_next_cell(shell, lambda: guard.restart_failure)
         return
     guard.journal = journal
     guard.restarts = int(payload.get("restarts", 1))
@@ -179,7 +179,7 @@ def _log(shell, text: str) -> None:
         print(text, flush=True)
 
 
-def _show_once(shell, message) -> None:
+def show_at_next_cell(shell, message) -> None:
     """Print ``message()`` at the start of the user's next cell, once."""
 
     def show(*_args) -> None:
@@ -214,7 +214,7 @@ class _Resume:
             from .carry_handoff import CarriedValues
 
             self.carried = CarriedValues(self.options["carry"])  # starts reading at once
-        _show_once(self.shell, self._next_cell_text)
+        show_at_next_cell(self.shell, self._next_cell_text)
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
 

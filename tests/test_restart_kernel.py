@@ -301,3 +301,38 @@ def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_repl
 
 def _kernel_pid(manager) -> int | None:
     return getattr(getattr(manager.provisioner, "process", None), "pid", None)
+
+
+def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and_says_so(kernel):
+    """The handoff is written on the event loop after the cell's reply; if that fails, nothing has been closed yet:
+    the restart is called off, the requests kept meanwhile run in this process, in order, and the next cell says
+    why."""
+    run_ok(kernel, "import time\nlog = []\nstamp = time.monotonic_ns()  # a replay would give another value")
+    before = value(kernel, "stamp")
+    private = value(kernel, "str(__import__('nb_cudaguard.handoff').handoff.private_dir())")
+    kc = kernel.kc
+    try:
+        # the cell asks for the restart, then makes the private directory public: the handoff must not go there
+        restart_id = kc.execute(
+            f"import os, nb_cudaguard\nnb_cudaguard.restart(replay='all')\nos.chmod({private!r}, 0o755)"
+        )
+        first_id = kc.execute("log.append('first')")
+        second_id = kc.execute("log.append('second')\nprint(len(log))")
+        replies = {}
+        deadline = time.monotonic() + 60
+        while len(replies) < 3 and time.monotonic() < deadline:
+            msg = kc.get_shell_msg(timeout=60)
+            replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+        assert replies == {restart_id: "ok", first_id: "ok", second_id: "ok"}
+        said = ""
+        while "did not start" not in said and time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == first_id and msg["msg_type"] == "stream":
+                said += msg["content"]["text"]  # the next cell says why
+        assert "did not start" in said
+    finally:
+        os.chmod(private, 0o700)
+    assert value(kernel, "(log, stamp)") == (["first", "second"], before)  # same process, nothing replayed
+    failure = value(kernel, "nb_cudaguard.get_guard().restart_failure")
+    assert "the restart did not start (HandoffError" in failure and "not a private directory" in failure
+    assert value(kernel, "__import__('os').getpid()") == kernel.pid
