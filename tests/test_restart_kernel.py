@@ -68,12 +68,7 @@ def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel
     restart_id = kc.execute("%cudaguard restart --replay all")
     first_id = kc.execute("log.append('first'); print(base + 2)")
     second_id = kc.execute("log.append('second')")
-    replies = {}
-    deadline = time.monotonic() + 120
-    while len(replies) < 3 and time.monotonic() < deadline:
-        msg = kc.get_shell_msg(timeout=120)
-        replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
-    assert replies == {restart_id: "ok", first_id: "ok", second_id: "ok"}
+    assert _statuses(kc, 3) == {restart_id: "ok", first_id: "ok", second_id: "ok"}
     assert value(kernel, "log") == ["first", "second"]
     assert value(kernel, "os.getpid() == PID") is True
 
@@ -299,6 +294,16 @@ def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_repl
     asyncio.run(scenario())
 
 
+def _statuses(kc, count: int, timeout: float = 120) -> dict[str, str]:
+    """The status of the next ``count`` shell replies, by the id of the request each answers."""
+    replies: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while len(replies) < count and time.monotonic() < deadline:
+        msg = kc.get_shell_msg(timeout=timeout)
+        replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+    return replies
+
+
 def _kernel_pid(manager) -> int | None:
     return getattr(getattr(manager.provisioner, "process", None), "pid", None)
 
@@ -318,12 +323,8 @@ def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and
         )
         first_id = kc.execute("log.append('first')")
         second_id = kc.execute("log.append('second')\nprint(len(log))")
-        replies = {}
+        assert _statuses(kc, 3) == {restart_id: "ok", first_id: "ok", second_id: "ok"}
         deadline = time.monotonic() + 60
-        while len(replies) < 3 and time.monotonic() < deadline:
-            msg = kc.get_shell_msg(timeout=60)
-            replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
-        assert replies == {restart_id: "ok", first_id: "ok", second_id: "ok"}
         said = ""
         while "did not start" not in said and time.monotonic() < deadline:
             msg = kc.get_iopub_msg(timeout=10)
