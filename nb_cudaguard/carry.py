@@ -9,7 +9,8 @@ module stops the pickle.
 
 Pickles can run code: ``__reduce__`` when the value is written, the reconstructor and ``__setstate__`` when it is
 read back. A class outside the trusted libraries (numpy, torch, pandas, the standard containers) that brings its
-own pickling code, or a reduction whose reconstructor is not a plain constructor, is refused: that value is rebuilt
+own pickling code (in the class, or a function registered for it with ``copyreg``), or a reduction whose
+reconstructor is not a plain constructor, is refused: that value is rebuilt
 by replaying its cell instead, which is what would have happened anyway. Classes, functions, and the callables a
 trusted library keeps under their own name (numpy's Cython reconstructors) are saved by reference, so their own
 pickling code is never asked.
@@ -195,6 +196,11 @@ class _CarryPickler(pickle.Pickler):
         if hook is not None:
             raise NotCarriable(f"its class has its own pickling code ({hook}), which may have side effects")
         reducer = getattr(self, "dispatch_table", copyreg.dispatch_table).get(cls)
+        if reducer is not None and not _trusted(_module_of(reducer)):
+            where = f"{_module_of(reducer)}.{getattr(reducer, '__qualname__', reducer)}"
+            raise NotCarriable(
+                f"its class has a pickling function registered with copyreg ({where}), which may have side effects"
+            )
         reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(5)
         if isinstance(reduced, str):
             return NotImplemented  # a global, such as a singleton

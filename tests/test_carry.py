@@ -47,3 +47,33 @@ def test_a_callable_with_its_own_pickling_code_is_still_refused_and_none_of_its_
         == f"its class has its own pickling code ({__name__}.Callable.__reduce__), which may have side effects"
     )
     assert Callable.looked_up == []
+
+
+class Registered:
+    """A plain class whose pickling is a function registered with copyreg, outside the trusted libraries."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_a_copyreg_reducer_outside_the_trusted_libraries_is_refused_before_it_runs():
+    import copyreg
+
+    ran: list[int] = []
+
+    def reduce_registered(obj):
+        ran.append(obj.value)
+        return Registered, (obj.value,)
+
+    copyreg.pickle(Registered, reduce_registered)
+    try:
+        measure = carry.measure("registered", [Registered(1)], 10**9, 60.0)
+    finally:
+        del copyreg.dispatch_table[Registered]
+    assert measure.reason == (
+        "its class has a pickling function registered with copyreg "
+        f"({__name__}.test_a_copyreg_reducer_outside_the_trusted_libraries_is_refused_before_it_runs.<locals>."
+        "reduce_registered), which may have side effects"
+    )
+    assert ran == []
+    assert carry.measure("complex", [1 + 2j], 10**9, 60.0).carriable  # copyreg's own reducer stays trusted
