@@ -272,13 +272,11 @@ class _KernelRestart:
         if lock is not None:
             async with lock:  # held by the restart request until its reply and idle are sent
                 pass
-        elif self._queue is not None:
+        else:
             try:  # ipykernel 6 asks its queue for the next request once the restart request is answered
                 await asyncio.wait_for(self._queue.answered.wait(), _CLOSE_TIMEOUT)
             except asyncio.TimeoutError:
                 await self._settle()
-        else:
-            await self._settle()
 
     async def _settle(self) -> None:
         """Let requests already inside the process reach the capture, until none arrives for a moment."""
