@@ -282,18 +282,24 @@ def _outside_torch(obj, low, high, inclusive, ignore) -> OutOfRange:
             nan_mask = torch.isnan(values)
             nan = int(nan_mask.sum())
             mask |= nan_mask
-        if low is not None:
-            mask |= values < low
-        if high is not None:
-            mask |= (values > high) if inclusive else (values >= high)
-        if ignore is not None:
-            mask &= values != ignore
+        mask = _mark_outside(values, mask, low, high, inclusive, ignore)
         count = int(mask.sum())
         if not count:
             return OutOfRange(0, [], [], sampled, nan)
         bad = values[mask][:SHOWN]
         positions = [] if sampled else [tuple(int(i) for i in p) for p in mask.nonzero()[:SHOWN]]
         return OutOfRange(count, [_py(v) for v in bad], positions, sampled, nan)
+
+
+def _mark_outside(values, mask, low, high, inclusive, ignore):
+    """The bounds part of the mask; torch tensors and numpy arrays share these operators."""
+    if low is not None:
+        mask |= values < low
+    if high is not None:
+        mask |= (values > high) if inclusive else (values >= high)
+    if ignore is not None:
+        mask &= values != ignore
+    return mask
 
 
 def _outside_numpy(obj, low, high, inclusive, ignore) -> OutOfRange:
@@ -306,12 +312,7 @@ def _outside_numpy(obj, low, high, inclusive, ignore) -> OutOfRange:
         nan_mask = numpy.isnan(values)
         nan = int(nan_mask.sum())
         mask |= nan_mask
-    if low is not None:
-        mask |= values < low
-    if high is not None:
-        mask |= (values > high) if inclusive else (values >= high)
-    if ignore is not None:
-        mask &= values != ignore
+    mask = _mark_outside(values, mask, low, high, inclusive, ignore)
     count = int(mask.sum())
     if not count:
         return OutOfRange(0, [], [], sampled, nan)
