@@ -16,6 +16,10 @@ trusted library keeps under their own name (numpy's Cython reconstructors) are s
 pickling code is never asked.
 
 Each value is pickled on its own (protocol 5); ``identity`` keeps names that share objects from being carried.
+The raw memory of arrays (numpy's and pandas' column data) leaves the pickle as protocol 5 out-of-band buffers,
+written once into a second file at aligned offsets. The new process maps that file copy-on-write and hands the
+buffers to the unpickler, so a 2 GB DataFrame is neither read into a bytes object nor copied by unpickling: the
+arrays are backed by the mapped pages, writable, at the memory cost of one copy. Both files are bound by SHA-256.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import io
+import mmap
 import os
 import pickle
 import socket
@@ -30,7 +35,7 @@ import sys
 import threading
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Reconstructors and classes from these packages are trusted to rebuild a value without other effects.
@@ -57,6 +62,8 @@ _TRUSTED_MODULES = (
 _SAFE_CALLABLES = frozenset({getattr})
 # A chunk of the pickle this large (an array's buffer, protocol 5) is hashed on a thread while it is written.
 _HASH_BESIDE_BYTES = 1 << 20
+# Out-of-band buffers start at multiples of this in their file, so that mapped arrays are aligned for SIMD loads.
+_BUFFER_ALIGN = 64
 _CUSTOM_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
 
 
@@ -67,7 +74,8 @@ class NotCarriable(Exception):
 @dataclass
 class Measure:
     """The pickle of one name: its size and time, or why it cannot be carried. ``file`` and ``sha256`` are set when
-    the pickle went into a file, and ``seconds`` then includes the hash and the write."""
+    the pickle went into a file, and ``seconds`` then includes the hash and the write. ``buffers`` is the file of its
+    out-of-band buffers (``mapped_bytes`` of them), where ``spans`` are their (offset, length)."""
 
     name: str
     bytes: int = 0
@@ -75,6 +83,10 @@ class Measure:
     reason: str | None = None
     sha256: str | None = None
     file: str | None = None
+    mapped_bytes: int = 0
+    buffers: str | None = None
+    buffers_sha256: str | None = None
+    spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def carriable(self) -> bool:
@@ -135,50 +147,103 @@ def _torch_device(obj) -> str | None:
     return None
 
 
-class _Budget:
-    """A sink that counts and stops the pickle once a limit is passed; with a file, it also hashes and writes, as
-    long as the pickle fits in ``file_bytes`` (past that it lets the file go and only counts on)."""
+class _HashedFile:
+    """A new private file (0600, created exclusively) and the SHA-256 of everything written into it."""
 
-    def __init__(self, handle, max_bytes: int, deadline: float, max_seconds: float, file_bytes: int) -> None:
-        self.handle = handle
-        self.max_bytes = max_bytes
-        self.deadline = deadline
-        self.max_seconds = max_seconds
-        self.file_bytes = file_bytes
-        self.count = 0
-        self.hash = hashlib.sha256() if handle is not None else None
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.path = path
+        self.handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
+        self.hash = hashlib.sha256()
+        self.size = 0
 
-    def check_time(self) -> None:
-        if time.perf_counter() > self.deadline:
-            raise NotCarriable(f"its pickle took longer than {self.max_seconds:g} s (CudaGuard.carry_max_seconds)")
-
-    def write(self, data) -> int:
+    def write(self, data) -> None:
         size = memoryview(data).nbytes
-        self.count += size
-        if self.count > self.max_bytes:
-            raise NotCarriable(
-                f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
-            )
-        self.check_time()
-        if self.handle is not None and self.count > self.file_bytes:
-            self.handle.close()
-            self.handle = self.hash = None
-        if self.handle is not None and size >= _HASH_BESIDE_BYTES:
+        if size >= _HASH_BESIDE_BYTES:
             hashing = threading.Thread(target=self.hash.update, args=(data,), name="nb_cudaguard-hash")
             hashing.start()  # hashing and writing both release the GIL: a large buffer costs the slower of the two
             try:
                 self.handle.write(data)
             finally:
                 hashing.join()
-        elif self.handle is not None:
+        else:
             self.hash.update(data)
             self.handle.write(data)
+        self.size += size
+
+    def close(self) -> None:
+        if not self.handle.closed:
+            self.handle.close()
+
+
+class _Budget:
+    """A sink that counts and stops the pickle once a limit is passed. With a path, it also writes: the pickle
+    stream into it, out-of-band buffers into its ``.buf`` sibling, as long as the whole fits in ``file_bytes``
+    (past that it lets the files go and only counts on)."""
+
+    def __init__(self, path: Path | None, max_bytes: int, deadline: float, max_seconds: float, file_bytes: int):
+        self.max_bytes = max_bytes
+        self.deadline = deadline
+        self.max_seconds = max_seconds
+        self.file_bytes = file_bytes
+        self.count = 0
+        self.mapped = 0
+        self.spans: list[tuple[int, int]] = []
+        self.buffers_path = path.with_suffix(".buf") if path is not None else None
+        self.stream = _HashedFile(path) if path is not None else None
+        self.buffers: _HashedFile | None = None
+        self.writing = path is not None
+
+    def check_time(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise NotCarriable(f"its pickle took longer than {self.max_seconds:g} s (CudaGuard.carry_max_seconds)")
+
+    def _add(self, size: int) -> None:
+        self.count += size
+        if self.count > self.max_bytes:
+            raise NotCarriable(
+                f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
+            )
+        self.check_time()
+        if self.writing and self.count > self.file_bytes:
+            self.close()
+            self.writing = False
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        self._add(size)
+        if self.writing:
+            self.stream.write(data)
         return size
+
+    def buffer(self, pickled: pickle.PickleBuffer) -> bool:
+        """The pickler's ``buffer_callback``: False keeps the buffer out of the stream (it goes to the ``.buf`` file);
+        True (memory that is not contiguous) has it written into the stream as bytes."""
+        try:
+            raw = pickled.raw()
+        except BufferError:
+            return True
+        self._add(raw.nbytes)
+        self.mapped += raw.nbytes
+        if self.writing:
+            if self.buffers is None:
+                self.buffers = _HashedFile(self.buffers_path)
+            padding = -self.buffers.size % _BUFFER_ALIGN
+            if padding:
+                self.buffers.write(bytes(padding))
+            self.spans.append((self.buffers.size, raw.nbytes))
+            self.buffers.write(raw)
+        return False
+
+    def close(self) -> None:
+        for written in (self.stream, self.buffers):
+            if written is not None:
+                written.close()
 
 
 class _CarryPickler(pickle.Pickler):
     def __init__(self, sink: _Budget) -> None:
-        super().__init__(sink, protocol=5)
+        super().__init__(sink, protocol=5, buffer_callback=sink.buffer)
         self.sink = sink
 
     def reducer_override(self, obj):
@@ -245,30 +310,30 @@ def _rebuilds_plainly(rebuild) -> bool:
 def measure(
     name: str, value, max_bytes: int, max_seconds: float, path: Path | None = None, file_bytes: int | None = None
 ) -> Measure:
-    """Pickle ``value`` within the budgets, to nowhere or into ``path`` (mode 0600, created exclusively) with its
-    SHA-256: one pass gives both the cost the plan weighs and the file the restart carries. A pickle larger than
-    ``file_bytes`` (the disk budget other values left) is measured on without a file. Never raises for the value's
-    sake; a pickle that fails half-way (refused object, budget passed, unpicklable object, disk full) leaves no file.
-    """
+    """Pickle ``value`` within the budgets, to nowhere or into ``path`` and its ``.buf`` sibling (mode 0600, created
+    exclusively) with their SHA-256: one pass gives both the cost the plan weighs and the files the restart carries.
+    A pickle larger than ``file_bytes`` (the disk budget other values left) is measured on without files. Never
+    raises for the value's sake; a pickle that fails half-way (refused object, budget passed, unpicklable object,
+    disk full) leaves no file."""
     from .probe import internal_use
 
     result = Measure(name)
     started = time.perf_counter()
     sink = None
     try:
-        handle = None
-        if path is not None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
         limit = max_bytes if file_bytes is None else file_bytes
-        sink = _Budget(handle, max_bytes, started + max_seconds, max_seconds, limit)
+        sink = _Budget(path, max_bytes, started + max_seconds, max_seconds, limit)
         pickler = _CarryPickler(sink)
         with internal_use():  # our own read of CPU values, as a diagnosis does (the fault injection lets it pass)
             pickler.dump(value)
-        if sink.handle is not None:
-            sink.handle.close()
-            result.file, result.sha256 = path.name, sink.hash.hexdigest()
-        result.bytes, result.seconds = sink.count, time.perf_counter() - started
+        sink.close()
+        if sink.writing:
+            result.file, result.sha256 = path.name, sink.stream.hash.hexdigest()
+            if sink.buffers is not None:
+                result.buffers, result.buffers_sha256 = sink.buffers_path.name, sink.buffers.hash.hexdigest()
+                result.spans = sink.spans
+        result.bytes, result.mapped_bytes = sink.count, sink.mapped
+        result.seconds = time.perf_counter() - started
     except NotCarriable as exc:
         result.reason = str(exc)
     except OSError as exc:
@@ -276,22 +341,51 @@ def measure(
     except Exception as exc:  # an unpicklable object half-way: say which
         result.reason = f"could not be pickled ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
-        if sink is not None and sink.handle is not None and not sink.handle.closed:
+        if sink is not None:
             try:
-                sink.handle.close()
+                sink.close()
             except OSError:
                 pass
         if path is not None and result.file is None:
             path.unlink(missing_ok=True)
+            path.with_suffix(".buf").unlink(missing_ok=True)
     return result
 
 
+def _open_private(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def read_verified(path: Path, sha256: str) -> bytes:
-    """The bytes of a carried value, only if they are those the (signed) handoff names. Reading and hashing release
-    the GIL, so this can run beside the replay; unpickling is left to the caller."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
+    """The bytes of a carried pickle stream, only if they are those the (signed) handoff names. Reading and hashing
+    release the GIL, so this can run beside the replay; unpickling is left to the caller."""
+    with os.fdopen(_open_private(path), "rb") as handle:
         data = handle.read()
     if hashlib.sha256(data).hexdigest() != sha256:
         raise NotCarriable(f"{path.name} was changed after it was written")
     return data
+
+
+def map_verified(path: Path, sha256: str) -> memoryview:
+    """The out-of-band buffers of a carried value, mapped copy-on-write (writable, private to this process; no
+    read, no copy), only if they are those the handoff names. Hashing the mapping faults its pages in beside the
+    replay. The file may be deleted afterwards: the mapping keeps its pages."""
+    fd = _open_private(path)
+    try:
+        if os.fstat(fd).st_size == 0:
+            mapped = memoryview(bytearray())
+        else:
+            mapped = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY))
+    finally:
+        os.close(fd)
+    if hashlib.sha256(mapped).hexdigest() != sha256:
+        mapped.release()
+        raise NotCarriable(f"{path.name} was changed after it was written")
+    return mapped
+
+
+def loads(stream: bytes, mapped: memoryview | None, spans: list[tuple[int, int]]):
+    """The value again, its arrays backed by the mapped buffers (the views keep the mapping alive as long as any
+    array uses it)."""
+    buffers = [mapped[offset : offset + length] for offset, length in spans] if mapped is not None else []
+    return pickle.loads(stream, buffers=buffers)

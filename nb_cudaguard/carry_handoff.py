@@ -2,17 +2,16 @@
 
 The values sit in a private directory beside the handoff (0700, files 0600). The handoff, which is signed with
 the kernel's key, names each file with the SHA-256 of its bytes, so a file that was changed or not written by this
-kernel is refused before it is unpickled. A thread reads and checks the files as soon as the handoff is accepted,
-while the replay runs the cells that come before the first skipped one; there the replay waits for it, unpickles,
-and puts every value in the namespace. If any value cannot be loaded, none is used and the replay goes on with the
-plan it would have run without carrying (it travels in the handoff too), from that position: carrying can make a
-rebuild faster, never lose it.
+kernel is refused before it is unpickled. A thread reads the pickle streams, maps the buffer files and checks both
+as soon as the handoff is accepted, while the replay runs the cells that come before the first skipped one; there
+the replay waits for it, unpickles (the arrays stay on the mapped pages), and puts every value in the namespace.
+If any value cannot be loaded, none is used and the replay goes on with the plan it would have run without
+carrying (it travels in the handoff too), from that position: carrying can make a rebuild faster, never lose it.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import stat
 import threading
@@ -21,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import handoff
-from .carry import NotCarriable, read_verified
+from .carry import Measure, NotCarriable, loads, map_verified, read_verified
 from .carry_plan import CarryPlan, build_carry_plan, size_text
 from .replay_plan import ReplayPlan
 
@@ -64,10 +63,7 @@ def prepare(
         return base, None, plan
     manifest = {
         "dir": str(directory),
-        "values": [
-            {"name": name, "file": plan.measures[name].file, "sha256": plan.measures[name].sha256}
-            for name in plan.carried
-        ],
+        "values": [_entry(plan.measures[name]) for name in plan.carried],
         "bytes": plan.carried_bytes,
         "base_plan": base.to_dict(),
         "first_skipped": min(step.record.seq for step in plan.steps if step.action != "replay"),
@@ -76,13 +72,20 @@ def prepare(
     return plan.replay_plan(), manifest, plan
 
 
+def _entry(m: Measure) -> dict:
+    entry = {"name": m.name, "file": m.file, "sha256": m.sha256}
+    if m.buffers is not None:
+        entry["buffers"] = {"file": m.buffers, "sha256": m.buffers_sha256, "spans": [list(s) for s in m.spans]}
+    return entry
+
+
 class CarriedValues:
     """The values of one handoff: read and checked on a thread from the moment it exists, taken in by ``take``."""
 
     def __init__(self, manifest: dict) -> None:
         self.manifest = manifest
         self.first_skipped = int(manifest.get("first_skipped", 0))  # absent (an older nb_cudaguard): at once
-        self._data: dict[str, bytes] = {}
+        self._data: dict[str, tuple[bytes, memoryview | None, list]] = {}
         self._failure: str | None = None
         self._read_seconds = 0.0
         self.names: list[str] = []
@@ -98,7 +101,11 @@ class CarriedValues:
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                 raise NotCarriable(f"{directory} is not a private directory")
             for entry in self.manifest["values"]:
-                self._data[entry["name"]] = read_verified(directory / entry["file"], entry["sha256"])
+                stream = read_verified(directory / entry["file"], entry["sha256"])
+                buffers = entry.get("buffers")  # absent: a value without arrays, or an older nb_cudaguard
+                mapped = map_verified(directory / buffers["file"], buffers["sha256"]) if buffers else None
+                spans = [(int(offset), int(length)) for offset, length in buffers["spans"]] if buffers else []
+                self._data[entry["name"]] = (stream, mapped, spans)
         except Exception as exc:
             self._failure = f"{type(exc).__name__}: {exc}"
         finally:
@@ -114,7 +121,7 @@ class CarriedValues:
         values, failure = {}, self._failure
         if failure is None:
             try:
-                values = {name: pickle.loads(data) for name, data in self._data.items()}
+                values = {name: loads(*data) for name, data in self._data.items()}
             except Exception as exc:
                 values, failure = {}, f"{type(exc).__name__}: {exc}"
         self._data.clear()

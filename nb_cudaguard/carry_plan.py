@@ -31,8 +31,10 @@ from .carry_search import Search
 from .recorder import CellRecord, Journal
 from .replay_plan import PlanStep, ReplayPlan, _keep_reason, _module_names
 
-# Bytes per second assumed for writing a carried value and for reading it back (a local disk, page cache).
+# Bytes per second assumed for writing a carried value and for reading its pickle stream back (a local disk, page
+# cache), and for checking its mapped buffers (SHA-256 over pages already in memory).
 DISK_BYTES_PER_SECOND = 250e6
+HASH_BYTES_PER_SECOND = 1e9
 
 
 @dataclass
@@ -105,10 +107,11 @@ def size_text(count: int) -> str:
 
 
 def cost_of(m: carry.Measure) -> float:
-    """Expected seconds to carry one value: pickling, writing, reading back (a pickle measured into its file has
-    the write in its time already)."""
-    passes = 1 if m.sha256 is not None else 2
-    return m.seconds + passes * m.bytes / DISK_BYTES_PER_SECOND
+    """Expected seconds to carry one value: pickling and writing (a pickle measured into its files has the write in
+    its time already), then reading the stream back, while its buffers are only mapped and hashed."""
+    written = 0 if m.sha256 is not None else m.bytes
+    read = m.bytes - m.mapped_bytes
+    return m.seconds + (written + read) / DISK_BYTES_PER_SECOND + m.mapped_bytes / HASH_BYTES_PER_SECOND
 
 
 class Planner:
@@ -321,8 +324,10 @@ def _settle(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, m
     carried = set(plan.carried)
     for name, m in plan.measures.items():
         if m.file is not None and name not in carried:
-            (directory / m.file).unlink(missing_ok=True)
-            m.file = None
+            for file in (m.file, m.buffers):
+                if file is not None:
+                    (directory / file).unlink(missing_ok=True)
+            m.file = m.buffers = None
     left = max_bytes - sum(plan.measures[name].bytes for name in carried if plan.measures[name].file is not None)
     for name in sorted(carried):
         if plan.measures[name].file is not None:

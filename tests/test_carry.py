@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
+import pytest
 
 from nb_cudaguard import carry
 
@@ -12,7 +11,13 @@ from nb_cudaguard import carry
 def carried_copy(value, path):
     measure = carry.measure("value", value, 10**9, 60.0, path)
     assert measure.carriable, measure.reason
-    return pickle.loads(carry.read_verified(path, measure.sha256))
+    return read_back(measure, path.parent)
+
+
+def read_back(measure, directory):
+    stream = carry.read_verified(directory / measure.file, measure.sha256)
+    mapped = carry.map_verified(directory / measure.buffers, measure.buffers_sha256) if measure.buffers else None
+    return carry.loads(stream, mapped, measure.spans)
 
 
 def test_numpy_generators_are_carried_and_go_on_with_the_same_numbers(tmp_path):
@@ -77,3 +82,52 @@ def test_a_copyreg_reducer_outside_the_trusted_libraries_is_refused_before_it_ru
     )
     assert ran == []
     assert carry.measure("complex", [1 + 2j], 10**9, 60.0).carriable  # copyreg's own reducer stays trusted
+
+
+def test_arrays_come_back_equal_on_the_mapped_file_aligned_writable_as_before_and_copy_on_write(tmp_path):
+    import mmap
+
+    import pandas as pd
+    import torch
+
+    frozen = np.arange(7, dtype=np.int16)
+    frozen.flags.writeable = False
+    value = {
+        "frame": pd.DataFrame({"price": np.linspace(0, 1, 1001), "city": ["a", "b"] * 500 + ["c"]}),
+        "odd": np.arange(13, dtype=np.uint8),  # 13 bytes: the next buffer is padded to alignment
+        "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "strided": np.arange(20)[::2],  # not contiguous: numpy writes it into the stream
+        "empty": np.zeros(0),
+        "frozen": frozen,
+        "tensor": torch.arange(6.0),  # torch pickles its storage as bytes, in the stream
+    }
+    measure = carry.measure("value", value, 10**9, 60.0, tmp_path / "value.pkl")
+    assert measure.carriable, measure.reason
+    assert all(offset % 64 == 0 for offset, _ in measure.spans) and len(measure.spans) >= 5
+    copy = read_back(measure, tmp_path)
+    pd.testing.assert_frame_equal(copy["frame"], value["frame"])
+    for key in ("odd", "fortran", "strided", "empty", "frozen"):
+        np.testing.assert_array_equal(copy[key], value[key])
+        assert copy[key].flags.writeable == value[key].flags.writeable
+    assert copy["fortran"].flags.f_contiguous and not copy["fortran"].flags.c_contiguous
+    assert torch.equal(copy["tensor"], value["tensor"])
+
+    def backing(array):
+        while isinstance(array, np.ndarray):
+            array = array.base
+        return array.obj if isinstance(array, memoryview) else array
+
+    assert isinstance(backing(copy["odd"]), mmap.mmap)  # on the mapped pages: not read, not copied
+    assert isinstance(backing(copy["frame"]["price"].to_numpy()), mmap.mmap)
+    copy["odd"][:] = 99  # private to this process: the file keeps what was written
+    carry.map_verified(tmp_path / measure.buffers, measure.buffers_sha256)
+
+
+def test_a_changed_buffer_file_is_refused_before_anything_is_unpickled(tmp_path):
+    measure = carry.measure("value", np.arange(1000), 10**9, 60.0, tmp_path / "value.pkl")
+    path = tmp_path / measure.buffers
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(carry.NotCarriable, match=r"value\.buf was changed after it was written"):
+        carry.map_verified(path, measure.buffers_sha256)

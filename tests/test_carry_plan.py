@@ -4,11 +4,11 @@ disk, and which cells the search skips."""
 from __future__ import annotations
 
 import hashlib
-import pickle
 import threading
 
 import numpy as np
 import pytest
+from test_carry import read_back
 from test_replay_plan import journal_of
 
 from nb_cudaguard import carry
@@ -54,11 +54,15 @@ def test_with_a_directory_each_value_is_pickled_once_and_only_the_carried_ones_s
     assert actions(plan) == {1: "replay", 2: "carry", 3: "replay"}
     assert sorted(pickles) == ["fast", "np", "slow"]  # once each: the carried one is not pickled again to be written
     measure = plan.measures["slow"]
-    assert [p.name for p in tmp_path.iterdir()] == [measure.file]  # fast's file was deleted with the plan made
-    data = (tmp_path / measure.file).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == measure.sha256 and len(data) == measure.bytes
-    assert (tmp_path / measure.file).stat().st_mode & 0o777 == 0o600
-    assert (pickle.loads(data) == namespace["slow"]).all()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == sorted([measure.file, measure.buffers])  # fast's files were deleted with the plan made
+    stream, buffers = (tmp_path / measure.file).read_bytes(), (tmp_path / measure.buffers).read_bytes()
+    assert hashlib.sha256(stream).hexdigest() == measure.sha256
+    assert hashlib.sha256(buffers).hexdigest() == measure.buffers_sha256
+    assert measure.spans == [(0, 800_000)] and measure.mapped_bytes == 800_000  # the array's memory, out of band
+    assert len(stream) + len(buffers) == measure.bytes
+    assert all((tmp_path / file).stat().st_mode & 0o777 == 0o600 for file in files)
+    assert (read_back(measure, tmp_path) == namespace["slow"]).all()
 
 
 def test_without_a_directory_nothing_is_written_and_the_plan_is_the_same(tmp_path, pickles):
@@ -82,8 +86,8 @@ def test_a_value_measured_past_the_disk_budget_is_written_once_the_plan_carries_
     assert actions(plan) == {1: "replay", 2: "carry", 3: "replay"}
     assert pickles == ["a", "np", "z", "z"]
     measure = plan.measures["z"]
-    assert [p.name for p in tmp_path.iterdir()] == [measure.file]
-    assert (pickle.loads((tmp_path / measure.file).read_bytes()) == namespace["z"]).all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([measure.file, measure.buffers])
+    assert (read_back(measure, tmp_path) == namespace["z"]).all()
 
 
 def test_a_pickle_that_fails_half_way_leaves_no_file_and_its_cell_is_replayed(tmp_path):
