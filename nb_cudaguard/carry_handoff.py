@@ -19,14 +19,17 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import handoff
+from . import carry_place, handoff
 from .carry import Measure, NotCarriable, loads, map_verified, read_verified
 from .carry_plan import CarryPlan, build_carry_plan, size_text
 from .replay_plan import ReplayPlan
 
 
-def carry_dir(binding: handoff.Binding) -> Path:
-    return handoff.private_dir() / f"carry-{binding.slug}"
+def discard_all(binding: handoff.Binding) -> None:
+    """Remove this kernel's carried values wherever a restart may have put them (one that never came back, or a
+    handoff that was refused)."""
+    for root in carry_place.roots():
+        shutil.rmtree(root / f"carry-{binding.slug}", ignore_errors=True)
 
 
 def plan_for(shell, guard, base: ReplayPlan, directory: Path | None = None, **choices) -> CarryPlan:
@@ -52,8 +55,9 @@ def prepare(
     replay_cells: Iterable[int] = (),
 ) -> tuple[ReplayPlan, dict | None, CarryPlan]:
     """Before the restart: decide, write the carried values, and return the plan to replay and the manifest."""
-    directory = carry_dir(handoff.binding_for(shell, create_secret=True))
-    shutil.rmtree(directory, ignore_errors=True)  # a restart that never came back leaves one behind
+    binding = handoff.binding_for(shell, create_secret=True)
+    discard_all(binding)  # a restart that never came back leaves one behind
+    directory = carry_place.choose_root(guard.carry_max_bytes) / f"carry-{binding.slug}"
     directory.mkdir(mode=0o700)
     plan = plan_for(
         shell, guard, base, directory, force_carry=force_carry, no_carry=no_carry, replay_cells=replay_cells
@@ -61,6 +65,8 @@ def prepare(
     if not plan.carried:
         shutil.rmtree(directory, ignore_errors=True)
         return base, None, plan
+    where = "memory" if carry_place.in_memory(directory) else "disk"
+    plan.notes.append(f"Carried values are written to {directory} ({where}).")
     manifest = {
         "dir": str(directory),
         "values": [_entry(plan.measures[name]) for name in plan.carried],

@@ -89,9 +89,13 @@ def private_dir(create: bool = True) -> Path:
     """``$XDG_RUNTIME_DIR/nb_cudaguard`` (or the temp dir's ``nb_cudaguard-<uid>``), created 0700 and checked."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid():
-        path = Path(runtime) / "nb_cudaguard"
-    else:
-        path = Path(tempfile.gettempdir()) / f"nb_cudaguard-{os.getuid()}"
+        return private_under(Path(runtime) / "nb_cudaguard", create)
+    return private_under(Path(tempfile.gettempdir()) / f"nb_cudaguard-{os.getuid()}", create)
+
+
+def private_under(path: Path, create: bool = True) -> Path:
+    """``path``, created 0700 if asked, once it is checked to be a directory of this user that no one else can
+    enter (not a symlink that another user planted)."""
     if create:
         try:
             path.mkdir(mode=0o700)

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -113,9 +112,9 @@ def resume_after_restart(shell, guard) -> None:
         payload = handoff.consume(binding, path)
     except handoff.HandoffError as exc:
         guard.restart_failure = str(exc)
-        from .carry_handoff import carry_dir
+        from .carry_handoff import discard_all
 
-        shutil.rmtree(carry_dir(binding), ignore_errors=True)  # values that came with it are never read
+        discard_all(binding)  # values that came with it are never read
         _log(shell, str(exc))
         show_at_next_cell(shell, lambda: guard.restart_failure)
         kernel = getattr(shell, "kernel", None)

@@ -4,6 +4,7 @@ non-CPU memory or shares objects is replayed, and anything that goes wrong falls
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from kernel_helpers import ENV, run_ok, value
@@ -179,3 +180,25 @@ def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_res
     assert "0 failure(s)" in first.stdout and "carried 1 value(s)" in first.stdout, first.stdout
     assert first.stdout.strip().splitlines()[-1] == f"499999500000 {list(range(10))}"
     assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == ["small"]
+
+
+def test_carried_arrays_go_through_memory_when_the_budget_fits_there_else_the_disk_and_stay_mapped(kernel):
+    from nb_cudaguard import carry_place, handoff
+
+    in_memory_anyway = carry_place.in_memory(handoff.private_dir())
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(1_000_000)")
+    for budget in (10**15, 50_000_000):
+        fits = in_memory_anyway or (budget < 10**15 and carry_place.fits_in_memory(carry_place.SHM, budget))
+        run_ok(kernel, f"%config CudaGuard.carry_max_bytes = {budget}")
+        assert kernel.run("np.sum(values[:1]) + missing_name").status == "error"
+        printed = run_ok(kernel, "%cudaguard restart").stdout
+        found = re.search(r"Carried values are written to (\S+) \((memory|disk)\)", printed)
+        assert found is not None, printed
+        assert found.group(2) == ("memory" if fits else "disk")
+        first = run_ok(kernel, "print(int(values.sum()), values.flags.writeable)")
+        assert "carried 1 value(s)" in first.stdout, first.stdout
+        assert first.stdout.strip().splitlines()[-1] == f"{sum(range(1_000_000))} True"
+        run_ok(kernel, "def backing(a):\n    while isinstance(a, np.ndarray):\n        a = a.base\n    return a")
+        assert value(kernel, "type(backing(values).obj).__name__") == "mmap"  # mapped, not read and copied
+        assert not os.path.exists(found.group(1))  # removed once mapped: the pages live as long as the array
