@@ -3,10 +3,11 @@
 Writing a few hundred MB into a new file on a disk-backed file system is throttled to the disk's writeback speed
 (about 350 MB/s on our test machine), while a tmpfs takes it at memory speed (1.5 GB/s or more): for a large
 DataFrame that is most of what carrying costs. A tmpfs cannot hand its pages back under memory pressure (there is
-often no swap), though, and a kernel killed for memory loses everything the restart was meant to keep. So
-``/dev/shm`` is used only when the whole budget (``CudaGuard.carry_max_bytes``) fits in its free space and would
-still leave a reserve of the memory available to this process, which inside a container is its cgroup's limit,
-not the machine's. After the exec the old process's copies are gone and the new process maps the same pages, so
+often no swap), though, and a kernel killed for memory loses everything the restart was meant to keep. So a memory
+file system (the handoff's own directory when it is one, else ``/dev/shm``) is used only when the whole budget
+(``CudaGuard.carry_max_bytes``) fits in its free space and would still leave a reserve of the memory available to
+this process, which inside a container is its cgroup's limit, not the machine's; otherwise a directory on disk.
+After the exec the old process's copies are gone and the new process maps the same pages, so
 carrying through memory never holds the data three times.
 """
 
@@ -25,29 +26,43 @@ _RESERVE_BYTES = 1 << 30
 
 def roots() -> list[Path]:
     """Every directory a carry may be under (those that do not exist left out), for cleaning up."""
-    found = [handoff.private_dir(create=False)] if _private_exists() else []
-    shm = SHM / f"nb_cudaguard-{os.getuid()}"
-    return found + ([shm] if shm.is_dir() else [])
+    found = []
+    for candidate in (_private_or_none(), SHM / f"nb_cudaguard-{os.getuid()}", _cache_dir()):
+        if candidate is not None and candidate.is_dir() and candidate not in found:
+            found.append(candidate)
+    return found
 
 
-def _private_exists() -> bool:
+def _private_or_none() -> Path | None:
     try:
-        handoff.private_dir(create=False)
+        return handoff.private_dir(create=False)
     except (OSError, handoff.HandoffError):
-        return False
-    return True
+        return None
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / f"nb_cudaguard-{os.getuid()}"
 
 
 def choose_root(budget: int) -> Path:
-    """The private directory to write carried values under: the handoff's own when it is already in memory (a
-    runtime directory), else ``/dev/shm`` when ``budget`` bytes fit there safely, else the handoff's (on disk)."""
+    """The private directory to write carried values under: the handoff's own, or ``/dev/shm``, when ``budget``
+    bytes fit in memory there; else a directory on disk (the handoff's, or the user's cache directory where the
+    handoff's is in memory: a runtime directory or a tmpfs ``/tmp`` too small for the budget)."""
     private = handoff.private_dir()
-    if in_memory(private) or not fits_in_memory(SHM, budget):
+    if fits_in_memory(private, budget):
         return private
-    try:
-        return handoff.private_under(SHM / f"nb_cudaguard-{os.getuid()}")
-    except (OSError, handoff.HandoffError):  # taken by someone else, or not writable: the disk is as good
-        return private
+    for directory, usable in (
+        (SHM / f"nb_cudaguard-{os.getuid()}", fits_in_memory(SHM, budget)),
+        (_cache_dir(), in_memory(private)),
+    ):
+        if not usable:
+            continue
+        try:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            return handoff.private_under(directory)
+        except (OSError, handoff.HandoffError):  # taken by someone else, or not writable: try the next
+            continue
+    return private
 
 
 def in_memory(directory: Path) -> bool:

@@ -61,3 +61,18 @@ def test_a_dev_shm_directory_others_can_enter_is_not_used(shm_dir):
     shm_dir.chmod(0o777)  # as if planted to read what a restart writes
     assert carry_place.choose_root(10**6) == handoff.private_dir()
     assert shm_dir.stat().st_mode & 0o777 == 0o777  # left alone, not taken over
+
+
+def test_a_handoff_directory_in_memory_is_used_when_the_budget_fits_there_and_the_cache_directory_when_not(
+    shm_dir, monkeypatch, tmp_path
+):
+    runtime = shm_dir.parent / "runtime"  # a runtime directory on a memory file system, as systemd makes one
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert carry_place.choose_root(10**6) == runtime / "nb_cudaguard"
+    too_big = carry_place.memory_available()  # fits nowhere in memory with the reserve left
+    chosen = carry_place.choose_root(too_big)
+    assert chosen == tmp_path / "cache" / f"nb_cudaguard-{os.getuid()}" and not carry_place.in_memory(chosen)
+    assert chosen.stat().st_mode & 0o777 == 0o700
+    assert set(carry_place.roots()) == {runtime / "nb_cudaguard", chosen}
