@@ -152,7 +152,6 @@ class _HashedFile:
 
     def __init__(self, path: Path) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        self.path = path
         self.handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
         self.hash = hashlib.sha256()
         self.size = 0

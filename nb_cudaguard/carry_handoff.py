@@ -1,12 +1,13 @@
-"""Carried values across the exec: written next to the handoff, bound to it, read back during the replay.
+"""Carried values across the exec: written before it, bound to the handoff, read back during the replay.
 
-The values sit in a private directory beside the handoff (0700, files 0600). The handoff, which is signed with
-the kernel's key, names each file with the SHA-256 of its bytes, so a file that was changed or not written by this
-kernel is refused before it is unpickled. A thread reads the pickle streams, maps the buffer files and checks both
-as soon as the handoff is accepted, while the replay runs the cells that come before the first skipped one; there
-the replay waits for it, unpickles (the arrays stay on the mapped pages), and puts every value in the namespace.
-If any value cannot be loaded, none is used and the replay goes on with the plan it would have run without
-carrying (it travels in the handoff too), from that position: carrying can make a rebuild faster, never lose it.
+The values sit in a private directory (0700, files 0600), in memory or beside the handoff (``carry_place``). The
+handoff, which is signed with the kernel's key, names each file with the SHA-256 of its bytes, so a file that was
+changed or not written by this kernel is refused before it is unpickled. A thread reads the pickle streams, maps the
+buffer files and checks both as soon as the handoff is accepted, while the replay runs the cells that come before
+the first skipped one; there the replay waits for it, unpickles (the arrays stay on the mapped pages), and puts
+every value in the namespace.
+If any value cannot be loaded, none is used and the replay goes on with the plan it would have run without carrying
+(it travels in the handoff too), from that position: carrying can make a rebuild faster, never lose it.
 """
 
 from __future__ import annotations
