@@ -188,7 +188,7 @@ class _Budget:
         self.count = 0
         self.mapped = 0
         self.spans: list[tuple[int, int]] = []
-        self.buffers_path = path.with_suffix(".buf") if path is not None else None
+        self.buffers_path = _buffers_path(path) if path is not None else None
         self.stream = _HashedFile(path) if path is not None else None
         self.buffers: _HashedFile | None = None
         self.writing = path is not None
@@ -347,8 +347,13 @@ def measure(
                 pass
         if path is not None and result.file is None:
             path.unlink(missing_ok=True)
-            path.with_suffix(".buf").unlink(missing_ok=True)
+            _buffers_path(path).unlink(missing_ok=True)
     return result
+
+
+def _buffers_path(path: Path) -> Path:
+    """Where the out-of-band buffers of the pickle in ``path`` go."""
+    return path.with_suffix(".buf")
 
 
 def _open_private(path: Path) -> int:

@@ -7,8 +7,8 @@ often no swap), though, and a kernel killed for memory loses everything the rest
 file system (the handoff's own directory when it is one, else ``/dev/shm``) is used only when the whole budget
 (``CudaGuard.carry_max_bytes``) fits in its free space and would still leave a reserve of the memory available to
 this process, which inside a container is its cgroup's limit, not the machine's; otherwise a directory on disk.
-After the exec the old process's copies are gone and the new process maps the same pages, so
-carrying through memory never holds the data three times.
+After the exec the old process's copies are gone and the new process maps the same pages, so carrying through
+memory never holds the data three times.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _RESERVE_BYTES = 1 << 30
 def roots() -> list[Path]:
     """Every directory a carry may be under (those that do not exist left out), for cleaning up."""
     found = []
-    for candidate in (_private_or_none(), SHM / f"nb_cudaguard-{os.getuid()}", _cache_dir()):
+    for candidate in (_private_or_none(), _shm_dir(), _cache_dir()):
         if candidate is not None and candidate.is_dir() and candidate not in found:
             found.append(candidate)
     return found
@@ -38,6 +38,10 @@ def _private_or_none() -> Path | None:
         return handoff.private_dir(create=False)
     except (OSError, handoff.HandoffError):
         return None
+
+
+def _shm_dir() -> Path:
+    return SHM / f"nb_cudaguard-{os.getuid()}"
 
 
 def _cache_dir() -> Path:
@@ -52,7 +56,7 @@ def choose_root(budget: int) -> Path:
     if fits_in_memory(private, budget):
         return private
     for directory, usable in (
-        (SHM / f"nb_cudaguard-{os.getuid()}", fits_in_memory(SHM, budget)),
+        (_shm_dir(), fits_in_memory(SHM, budget)),
         (_cache_dir(), in_memory(private)),
     ):
         if not usable:
