@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 
 def kernel_cells(mb: int) -> dict[str, str]:

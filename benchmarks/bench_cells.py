@@ -13,17 +13,17 @@ import argparse
 import statistics
 import time
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 COUNT_PROBES = (
-    "import nb_cudaguard.probe as _p\n"
+    "import nb_cudaguard.incident.probe as _p\n"
     "_calls = []\n"
     "_orig = _p.active_probe\n"
     "def _counted():\n"
     "    _calls.append(1)\n"
     "    return _orig()\n"
     "_p.active_probe = _counted\n"
-    "import nb_cudaguard.incident as _i\n"
+    "import nb_cudaguard.incident.incident as _i\n"
     "_i.active_probe = _counted\n"
 )
 

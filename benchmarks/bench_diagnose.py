@@ -16,9 +16,9 @@ import time
 import torch
 
 from nb_cudaguard import testing
-from nb_cudaguard.catalog import parse_assertions
 from nb_cudaguard.diagnosis import diagnose
-from nb_cudaguard.incident import build_incident
+from nb_cudaguard.incident.catalog import parse_assertions
+from nb_cudaguard.incident.incident import build_incident
 
 RUNS = 15
 NAMES = 10_000

@@ -57,7 +57,7 @@ def _timed_step(model, optimizer, data, guard=None) -> float:
 def run_cpu(repeats: int, warmup: int = 2) -> list[dict]:
     import torch
 
-    from nb_cudaguard.guard.mode import Guard
+    from nb_cudaguard.check.mode import Guard
 
     results = []
     for name, (model, data) in _models("cpu").items():
@@ -89,7 +89,7 @@ def _gpu_child(kind: str, repeats: int) -> None:
     """One GPU process: median LM step time, printed as JSON on the last line."""
     import torch
 
-    from nb_cudaguard.guard.mode import Guard
+    from nb_cudaguard.check.mode import Guard
 
     model, data = _models("cuda")["transformer (2x256, seq 128, batch 16)"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -31,7 +31,7 @@ def main() -> None:
     from IPython.utils.capture import capture_output
 
     from nb_cudaguard import get_guard
-    from nb_cudaguard.panel import Panel, gather
+    from nb_cudaguard.panel.widget import Panel, gather
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "nb_cudaguard")

@@ -5,7 +5,7 @@ Load it with ``%load_ext nb_cudaguard`` (or ``c.InteractiveShellApp.extensions =
 
 from __future__ import annotations
 
-from .errors import CudaCheckError
+from nb_cudaguard.errors import CudaCheckError
 
 __version__ = "0.1.0"
 __all__ = ["CudaCheckError", "get_guard", "load_ipython_extension", "unload_ipython_extension"]
@@ -17,9 +17,9 @@ def load_ipython_extension(shell) -> None:
     """Register the hooks, the capture and the magics, once per shell however often it is called."""
     if getattr(shell, _ATTRIBUTE, None) is not None:
         return
-    from .extension import CudaGuard
-    from .guard.magics import CudaCheckMagics
-    from .magics import CudaGuardMagics
+    from nb_cudaguard.check.magics import CudaCheckMagics
+    from nb_cudaguard.extension import CudaGuard
+    from nb_cudaguard.magics import CudaGuardMagics
 
     guard = CudaGuard(shell)
     guard.register()
@@ -28,10 +28,10 @@ def load_ipython_extension(shell) -> None:
     guard.check_magics = CudaCheckMagics(shell)
     shell.register_magics(guard.check_magics)
     setattr(shell, _ATTRIBUTE, guard)
-    from .resume import resume_after_restart
+    from nb_cudaguard.restart.resume import resume_after_restart
 
     resume_after_restart(shell, guard)  # after an in-place restart: carry the journal over and replay
-    from .panel_link import reattach_after_restart
+    from nb_cudaguard.panel.follower import reattach_after_restart
 
     reattach_after_restart(shell, guard)  # a panel that asked for the restart follows the replay
 
@@ -41,7 +41,7 @@ def unload_ipython_extension(shell) -> None:
     if guard is None:
         return
     guard.unregister()
-    from .guard.magics import set_every_cell
+    from nb_cudaguard.check.magics import set_every_cell
 
     set_every_cell(shell, False)
     ours = (guard.magics, getattr(guard, "check_magics", None))
@@ -69,6 +69,6 @@ def restart(replay: str = "minimal", diagnose: bool = False, cells=None, **optio
 
     See ``nb_cudaguard.restart.restart`` for the options; the restart happens just after the calling cell ends.
     """
-    from .restart import restart as _restart
+    from nb_cudaguard.restart.inplace import restart as _restart
 
     return _restart(replay=replay, diagnose=diagnose, cells=cells, **options)

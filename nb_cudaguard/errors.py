@@ -89,7 +89,7 @@ class CudaCheckError(RuntimeError):
 
     def to_cause(self):
         """The same facts as a diagnosis Cause: certain (confidence 1.0), backed by direct evidence."""
-        from .causes import Cause, Evidence
+        from nb_cudaguard.diagnosis.causes import Cause, Evidence
 
         evidence = Evidence(
             kind="guard",

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
-from .capture import OutputCapture
-from .errors import CudaCheckError
-from .incident import Incident, build_incident
-from .recorder import CellRecord, Journal
+from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.incident.incident import Incident, build_incident
+from nb_cudaguard.record.capture import OutputCapture
+from nb_cudaguard.record.journal import CellRecord, Journal
 
 if TYPE_CHECKING:
-    from .report import Report
+    from nb_cudaguard.panel.report import Report
 
 
 class CudaGuard(Configurable):
@@ -125,8 +125,8 @@ class CudaGuard(Configurable):
             cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
             namespace=self.shell.user_ns,
         )
-        from .diagnosis import diagnose  # the diagnosis and report are needed only after a failure
-        from .report import Report
+        from nb_cudaguard.diagnosis import diagnose  # the diagnosis and report are needed only after a failure
+        from nb_cudaguard.panel.report import Report
 
         report = Report(incident, diagnose(incident, journal=self.journal))
         self.incidents = [*self.incidents[-9:], incident]
@@ -146,7 +146,7 @@ class CudaGuard(Configurable):
         from IPython.display import display
 
         if self.panel:
-            from .panel import show_panel
+            from nb_cudaguard.panel.widget import show_panel
 
             try:
                 show_panel(report, self)

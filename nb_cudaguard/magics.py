@@ -86,12 +86,12 @@ class CudaGuardMagics(Magics):
             self.guard.show(report)
 
     def _cmd_demo(self, args) -> None:
-        from .demo import run_demo
+        from nb_cudaguard.cli.demo import run_demo
 
         run_demo(write=print)
 
     def _cmd_check(self, args) -> None:
-        from .guard.magics import every_cell, set_every_cell
+        from nb_cudaguard.check.magics import every_cell, set_every_cell
 
         if args.state is None:
             print(every_cell(self.shell).describe())
@@ -99,7 +99,7 @@ class CudaGuardMagics(Magics):
             print(set_every_cell(self.shell, args.state == "on", sync=args.sync))
 
     def _cmd_simulate(self, args) -> None:
-        from . import testing
+        from nb_cudaguard import testing
 
         if args.state == "on":
             testing.enable()
@@ -109,7 +109,7 @@ class CudaGuardMagics(Magics):
             print("nb_cudaguard: simulated GPU off.")
 
     def _cmd_restart(self, args) -> None:
-        from .restart import restart
+        from nb_cudaguard.restart.inplace import restart
 
         restart(
             args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop, shell=self.shell,
@@ -121,14 +121,14 @@ class CudaGuardMagics(Magics):
             outcome = getattr(self.guard, "last_replay", None)
             print(outcome.to_text() if outcome is not None else "nb_cudaguard: no restart has replayed cells yet.")
             return
-        from .replay_plan import build_plan
+        from nb_cudaguard.replay.plan import build_plan
 
         mode = "all" if args.all else "minimal"
         plan = build_plan(self.guard.journal, mode, add=args.add, drop=args.drop, cells=args.cells)
         options = _carry_options(args)
         carry = options.pop("carry")
         if (self.guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
-            from .carry_handoff import plan_for
+            from nb_cudaguard.carry.files import plan_for
 
             options["force_carry"] = options.pop("carry_names")
             print(plan.to_text() + "\n\n" + plan_for(self.shell, self.guard, plan, **options).to_text())

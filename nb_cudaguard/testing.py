@@ -22,7 +22,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import probe
+from nb_cudaguard.incident import probe
 
 _PREFIX = "/__w/pytorch/pytorch/aten/src/ATen/native/cuda/"
 

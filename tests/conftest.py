@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 
 def _cuda_available() -> bool:

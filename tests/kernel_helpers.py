@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 
-from nb_cudaguard.kernelsession import CellResult, KernelSession
+from nb_cudaguard.cli.kernelsession import CellResult, KernelSession
 
 # Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

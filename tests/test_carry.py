@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nb_cudaguard import carry
+from nb_cudaguard.carry import value as carry
 
 
 def carried_copy(value, path):

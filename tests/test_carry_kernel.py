@@ -9,7 +9,7 @@ import re
 import pytest
 from kernel_helpers import ENV, run_ok, value
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 pytestmark = [pytest.mark.kernel]
 
@@ -116,7 +116,7 @@ def test_values_that_cannot_be_carried_fall_back_to_replay_and_nothing_is_lost(t
 
 
 TAMPER_CARRIED = """
-import json, pathlib, nb_cudaguard.handoff as handoff
+import json, pathlib, nb_cudaguard.replay.handoff as handoff
 real_write = handoff.write
 def write_then_tamper(binding, payload):
     for entry in payload["options"].get("carry", {}).get("values", []):
@@ -183,7 +183,8 @@ def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_res
 
 
 def test_carried_arrays_go_through_memory_when_the_budget_fits_there_else_the_disk_and_stay_mapped(kernel):
-    from nb_cudaguard import carry_place, handoff
+    from nb_cudaguard.carry import place as carry_place
+    from nb_cudaguard.replay import handoff
 
     run_ok(kernel, "import time\nimport numpy as np")
     run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(1_000_000)")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nb_cudaguard import carry_place, handoff
+from nb_cudaguard.carry import place as carry_place
+from nb_cudaguard.replay import handoff
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="reads Linux's /proc")
 

@@ -11,10 +11,10 @@ import pytest
 from test_carry import read_back
 from test_replay_plan import journal_of
 
-from nb_cudaguard import carry
-from nb_cudaguard.carry_plan import Planner, build_carry_plan
-from nb_cudaguard.carry_search import Search
-from nb_cudaguard.replay_plan import build_plan
+from nb_cudaguard.carry import value as carry
+from nb_cudaguard.carry.plan import Planner, build_carry_plan
+from nb_cudaguard.carry.search import Search
+from nb_cudaguard.replay.plan import build_plan
 
 BUDGET = dict(max_bytes=10**9, max_seconds=60.0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nb_cudaguard import catalog
+from nb_cudaguard.incident import catalog
 
 # A real message for each ErrorText (from shared/reference/torch_cuda_errors.md), with the expected verdicts.
 SAMPLES = {

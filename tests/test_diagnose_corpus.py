@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nb_cudaguard.catalog import FAMILIES
 from nb_cudaguard.diagnosis import diagnose
-from nb_cudaguard.logparse import incident_from_log
+from nb_cudaguard.incident.catalog import FAMILIES
+from nb_cudaguard.incident.logparse import incident_from_log
 
 CORPUS = Path(__file__).parent / "corpus"
 ENTRIES = json.loads((CORPUS / "corpus.json").read_text())

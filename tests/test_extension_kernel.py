@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 pytestmark = pytest.mark.kernel
 

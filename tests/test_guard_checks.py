@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.guard.mode import Guard  # noqa: E402
+from nb_cudaguard.check.mode import Guard  # noqa: E402
 
 aten = torch.ops.aten
 nan, inf = math.nan, math.inf

@@ -14,7 +14,7 @@ from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch, train_step  # no
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.guard.mode import Guard  # noqa: E402
+from nb_cudaguard.check.mode import Guard  # noqa: E402
 
 VOCAB = 50
 

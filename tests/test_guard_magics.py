@@ -16,7 +16,7 @@ from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
 import nb_cudaguard  # noqa: E402
 from nb_cudaguard import CudaCheckError, testing  # noqa: E402
-from nb_cudaguard.causes import Cause  # noqa: E402
+from nb_cudaguard.diagnosis.causes import Cause  # noqa: E402
 
 SETUP = """
 import torch
@@ -167,7 +167,7 @@ def test_import_does_not_import_torch() -> None:
 
 @pytest.mark.kernel
 def test_real_kernel_next_cell_runs_after_cudacheck_error() -> None:
-    from nb_cudaguard.kernelsession import KernelSession
+    from nb_cudaguard.cli.kernelsession import KernelSession
 
     with KernelSession() as kernel:
         assert kernel.run("%load_ext nb_cudaguard").status == "ok"
@@ -182,7 +182,7 @@ def test_real_kernel_next_cell_runs_after_cudacheck_error() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_context_stays_healthy_after_cudacheck() -> None:
-    from nb_cudaguard.guard.mode import Guard
+    from nb_cudaguard.check.mode import Guard
 
     logits = torch.randn(4, 5, device="cuda")
     labels = torch.tensor([0, 5, 2, 1], device="cuda")

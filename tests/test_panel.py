@@ -13,8 +13,8 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from nb_cudaguard import get_guard
-from nb_cudaguard.kernelsession import KernelSession
-from nb_cudaguard.panel import Panel, gather
+from nb_cudaguard.cli.kernelsession import KernelSession
+from nb_cudaguard.panel.widget import Panel, gather
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -9,8 +9,9 @@ import textwrap
 
 import pytest
 
-from nb_cudaguard import probe, testing
-from nb_cudaguard.cli import main
+from nb_cudaguard import testing
+from nb_cudaguard.cli.main import main
+from nb_cudaguard.incident import probe
 
 KAGGLE_LOG = textwrap.dedent(
     """\
@@ -33,7 +34,7 @@ KAGGLE_LOG = textwrap.dedent(
 
 def test_probe_without_torch_imports_nothing():
     code = (
-        "import sys\nfrom nb_cudaguard.probe import CudaProbe\n"
+        "import sys\nfrom nb_cudaguard.incident.probe import CudaProbe\n"
         "h = CudaProbe().check()\nprint(h.state, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

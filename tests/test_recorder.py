@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nb_cudaguard.cellnames import analyse
-from nb_cudaguard.recorder import Journal, JournalError
+from nb_cudaguard.record.cellnames import analyse
+from nb_cudaguard.record.journal import Journal, JournalError
 
 
 def test_journal_is_bounded_by_count_and_bytes():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nb_cudaguard.cellnames import analyse
-from nb_cudaguard.recorder import Journal
-from nb_cudaguard.replay_plan import ReplayPlan, build_plan, failing_cell
+from nb_cudaguard.record.cellnames import analyse
+from nb_cudaguard.record.journal import Journal
+from nb_cudaguard.replay.plan import ReplayPlan, build_plan, failing_cell
 
 CUDA_ERROR = "AcceleratorError: CUDA error: device-side assert triggered"
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from kernel_helpers import ENV, run_ok, value
 
-from nb_cudaguard.kernelsession import KernelSession
+from nb_cudaguard.cli.kernelsession import KernelSession
 
 pytestmark = [pytest.mark.kernel]
 
@@ -149,7 +149,7 @@ def test_an_interrupt_stops_a_long_replay_and_the_waiting_cell_runs(kernel, tmp_
 
 
 TAMPER = """
-import json, nb_cudaguard.handoff as handoff
+import json, nb_cudaguard.replay.handoff as handoff
 real_write = handoff.write
 def write_then_{kind}(binding, payload):
     path = real_write(binding, payload)
@@ -314,7 +314,7 @@ def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and
     why."""
     run_ok(kernel, "import time\nlog = []\nstamp = time.monotonic_ns()  # a replay would give another value")
     before = value(kernel, "stamp")
-    private = value(kernel, "str(__import__('nb_cudaguard.handoff').handoff.private_dir())")
+    private = value(kernel, "str(__import__('nb_cudaguard.replay.handoff').replay.handoff.private_dir())")
     kc = kernel.kc
     try:
         # the cell asks for the restart, then makes the private directory public: the handoff must not go there

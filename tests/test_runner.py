@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from nb_cudaguard.cli import main
+from nb_cudaguard.cli.main import main
 
 pytestmark = pytest.mark.kernel
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "tests" / "scenarios"))
 import runner  # noqa: E402
 
 from nb_cudaguard.diagnosis import diagnose  # noqa: E402
-from nb_cudaguard.logparse import incident_from_log  # noqa: E402
+from nb_cudaguard.incident.logparse import incident_from_log  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
 

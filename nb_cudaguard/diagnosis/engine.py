@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .. import catalog
-from ..causes import Cause, Diagnosis, Evidence
-from ..errors import CudaCheckError
-from ..incident import Incident
-from .evidence import classes, embeddings, indexing, losses, textual
-from .evidence.context import Context
-from .evidence.families import group_of, summary_of
-from .evidence.static import LineFacts, line_facts, read_sources
-from .evidence.workspace import build_workspace
+from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
+from nb_cudaguard.diagnosis.evidence import classes, embeddings, indexing, losses, textual
+from nb_cudaguard.diagnosis.evidence.context import Context
+from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
+from nb_cudaguard.diagnosis.evidence.workspace import build_workspace
+from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.families import group_of, summary_of
+from nb_cudaguard.incident import catalog
+from nb_cudaguard.incident.incident import Incident
 
 __all__ = ["diagnose", "summary_of"]
 

@@ -14,7 +14,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-from ..probe import internal_use
+from nb_cudaguard.incident.probe import internal_use
 
 EXACT_LIMIT = 1 << 22  # elements read exactly (index and label tensors are almost always far smaller)
 SAMPLE_BLOCKS, SAMPLE_BLOCK = 128, 256  # a larger tensor is read as 128 evenly spaced runs of 256 elements

@@ -37,7 +37,7 @@ class Scenario:
 class Outcome:
     scenario: Scenario
     form: str  # "cpu" | "cuda"
-    report: object  # nb_cudaguard.report.Report, or None when no cell failed
+    report: object  # nb_cudaguard.panel.report.Report, or None when no cell failed
     seconds: float
 
     @property

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...causes import Cause, Evidence
-from ..tensors import is_floating, is_integral
-from .context import Context, range_evidence
-from .workspace import Named, config_value
+from nb_cudaguard.diagnosis.causes import Cause, Evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
+from nb_cudaguard.diagnosis.tensors import is_floating, is_integral
 
 _LOSS_WORDS = ("loss", "criterion", "cross_entropy", "nll", "ce")
 _LABEL_WORDS = ("label", "target", "tag", "class", "gt")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...causes import Cause, Evidence
-from ...incident import Incident
-from ..tensors import OutOfRange, TensorSummary, is_array_like, outside, readable, summarize
-from .families import summary_of
-from .static import CallSite, LineFacts, StaticFacts
-from .workspace import Named, Workspace
+from nb_cudaguard.diagnosis.causes import Cause, Evidence
+from nb_cudaguard.diagnosis.evidence.static import CallSite, LineFacts, StaticFacts
+from nb_cudaguard.diagnosis.evidence.workspace import Named, Workspace
+from nb_cudaguard.diagnosis.tensors import OutOfRange, TensorSummary, is_array_like, outside, readable, summarize
+from nb_cudaguard.families import summary_of
+from nb_cudaguard.incident.incident import Incident
 
 
 @dataclass

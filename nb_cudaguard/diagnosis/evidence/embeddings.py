@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...causes import Cause, Evidence
-from ..tensors import is_floating, is_integral
-from .context import Context, range_evidence
-from .workspace import Named, config_value
+from nb_cudaguard.diagnosis.causes import Cause, Evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
+from nb_cudaguard.diagnosis.tensors import is_floating, is_integral
 
 _POSITION = ("position", "pos_emb", "embed_positions", "wpe")
 _TOKEN_TYPE = ("token_type", "segment", "seg_emb")

@@ -7,11 +7,11 @@ that holds the NaN, when one is in reach.
 
 from __future__ import annotations
 
-from ...causes import Cause, Evidence
-from ..tensors import INT64_MIN, is_floating, is_integral
-from .context import Context, range_evidence
-from .static import CallSite
-from .workspace import Named
+from nb_cudaguard.diagnosis.causes import Cause, Evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.static import CallSite
+from nb_cudaguard.diagnosis.evidence.workspace import Named
+from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
 
 _GATHER = ("gather", "take_along_dim")
 _SCATTER = ("scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_")

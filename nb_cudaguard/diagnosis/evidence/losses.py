@@ -8,11 +8,11 @@ tells: a ``BCELoss()`` with no sigmoid anywhere.
 
 from __future__ import annotations
 
-from ...causes import Cause, Evidence
-from ..tensors import is_floating
-from .context import Context, range_evidence
-from .static import CallSite
-from .workspace import Named
+from nb_cudaguard.diagnosis.causes import Cause, Evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.static import CallSite
+from nb_cudaguard.diagnosis.evidence.workspace import Named
+from nb_cudaguard.diagnosis.tensors import is_floating
 
 _BCE_FIX = "Use nn.BCEWithLogitsLoss() on the raw outputs (it applies the sigmoid itself), or torch.sigmoid first."
 
@@ -134,7 +134,7 @@ def _multinomial(ctx: Context, call: CallSite) -> list[Cause]:
 
 
 def _zero_rows(ctx: Context, probs: object) -> int:
-    from ...probe import internal_use
+    from nb_cudaguard.incident.probe import internal_use
 
     if not ctx.readable(probs) or not hasattr(probs, "sum") or probs.numel() > 1 << 22:
         return 0
@@ -189,7 +189,7 @@ def _blank(ctx: Context, call: CallSite) -> int:
 
 
 def _longer(ctx: Context, target_lengths: object, input_lengths: object) -> int:
-    from ...probe import internal_use
+    from nb_cudaguard.incident.probe import internal_use
 
     if not ctx.readable(input_lengths) or target_lengths.shape != input_lengths.shape:
         return 0

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ... import catalog
-from ...catalog import AssertionRecord
-from ...incident import Incident
+from nb_cudaguard.incident import catalog
+from nb_cudaguard.incident.catalog import AssertionRecord
+from nb_cudaguard.incident.incident import Incident
 
 # Which embedding table a frame's line reads: only the innermost line that names exactly one of them counts,
 # because an outer line such as ``self.embeddings(input_ids=..., position_ids=..., token_type_ids=...)`` names all.

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ...incident import Incident
-from ..tensors import is_array, is_array_like, is_tensor
+from nb_cudaguard.diagnosis.tensors import is_array, is_array_like, is_tensor
+from nb_cudaguard.incident.incident import Incident
 
 MAX_NAMES = 20_000
 MAX_SUBMODULES = 4_000

@@ -1,0 +1,149 @@
+"""``%%cudacheck [--sync]`` and the every-cell guard behind ``%cudaguard check on|off``.
+
+The cell body runs like ``%%time`` runs it: transformed, compiled under a cached cell name (so tracebacks and the
+guard's "user line" show the cell's own lines, numbered as the user sees them) and executed in the user namespace,
+with the value of a final expression returned for display. Errors propagate unchanged, so the extension's
+post-run hook sees the ``CudaCheckError`` as the cell's error.
+
+The every-cell guard enters the modes in ``pre_run_cell`` and leaves them in ``post_run_cell``, which IPython
+calls after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Guard.leave``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+
+_EVERY_CELL = "_nb_cudaguard_every_cell"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit the kernel
+        raise UsageError(f"%%cudacheck: {message}\n{self.format_usage()}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(message or self.format_help())
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="%%cudacheck",
+        description="Run the cell with every assert-prone torch op checked before it launches.",
+    )
+    parser.add_argument(
+        "--sync", action="store_true", help="also synchronise after every op, to pin other asynchronous CUDA errors"
+    )
+    return parser
+
+
+class EveryCell:
+    """The guard around every cell of one shell, while ``%cudaguard check on``."""
+
+    def __init__(self, shell) -> None:
+        self.shell = shell
+        self.enabled = False
+        self.sync = False
+        self.guard = None
+
+    def set(self, enabled: bool, sync: bool = False) -> None:
+        if enabled and not self.enabled:
+            self.shell.events.register("pre_run_cell", self.pre_run_cell)
+            self.shell.events.register("post_run_cell", self.post_run_cell)
+        elif not enabled and self.enabled:
+            for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
+                try:
+                    self.shell.events.unregister(name, hook)
+                except ValueError:
+                    pass
+        self.enabled, self.sync = enabled, sync
+        self._leave()
+        if enabled:  # the rest of the current cell is guarded too; post_run_cell leaves as usual
+            self._enter()
+
+    def pre_run_cell(self, info=None) -> None:
+        self._leave()
+        self._enter()
+
+    def post_run_cell(self, result=None) -> None:
+        self._leave()
+
+    def _enter(self) -> None:
+        from nb_cudaguard.check.mode import Guard
+
+        self.guard = Guard(sync=self.sync, namespace=self.shell.user_ns).__enter__()
+
+    def _leave(self) -> None:
+        if self.guard is not None:
+            self.guard.leave()
+            self.guard = None
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "nb_cudaguard: checks off (turn on for every cell with %cudaguard check on, or use %%cudacheck)"
+        sync = " with --sync" if self.sync else ""
+        return f"nb_cudaguard: every cell runs with assert-prone ops checked{sync}"
+
+
+def every_cell(shell) -> EveryCell:
+    found = getattr(shell, _EVERY_CELL, None)
+    if found is None:
+        found = EveryCell(shell)
+        setattr(shell, _EVERY_CELL, found)
+    return found
+
+
+def set_every_cell(shell, enabled: bool, sync: bool = False) -> str:
+    """``%cudaguard check on|off``: the state, as a line to print."""
+    state = every_cell(shell)
+    state.set(enabled, sync)
+    return state.describe()
+
+
+@magics_class
+class CudaCheckMagics(Magics):
+    def __init__(self, shell) -> None:
+        super().__init__(shell)
+        self.parser = _parser()
+
+    @cell_magic
+    def cudacheck(self, line: str, cell: str):
+        """Run the cell with every assert-prone torch op checked before it runs (``%%cudacheck --help``).
+
+        A bad label, index or probability raises ``nb_cudaguard.CudaCheckError`` naming the op, the argument and
+        your variable, the offending values and positions, the valid range and your line, before the kernel can
+        poison the CUDA context.
+        """
+        args = self.parser.parse_args(shlex.split(line))
+        state = getattr(self.shell, _EVERY_CELL, None)
+        active = state.guard if state is not None else None
+        if active is not None and active.active:  # already guarded by %cudaguard check on: add --sync only
+            previous = active.mode.sync
+            active.mode.sync = previous or args.sync
+            try:
+                return self._run(cell)
+            finally:
+                active.mode.sync = previous
+        from nb_cudaguard.check.mode import Guard
+
+        with Guard(sync=args.sync, namespace=self.shell.user_ns):
+            return self._run(cell)
+
+    def _run(self, cell: str):
+        shell = self.shell
+        source = shell.transform_cell(cell)
+        numbered = "\n" + source  # the body starts on the cell's second line
+        filename = shell.compile.cache(numbered, shell.execution_count, raw_code="\n" + cell)
+        tree = ast.parse(numbered, filename=filename)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        namespace = shell.user_ns
+        flags = getattr(shell.compile, "flags", 0)
+        if tree.body:
+            exec(compile(tree, filename, "exec", flags=flags, dont_inherit=True), namespace)
+        if last is None:
+            return None
+        expression = ast.Expression(last.value)
+        return eval(compile(expression, filename, "eval", flags=flags, dont_inherit=True), namespace)

@@ -1,0 +1,197 @@
+"""What failed: the exception, the user's frames, the assertion lines the GPU printed, and the context's health.
+
+An Incident is built once, right after a failing cell, and is then only read: the diagnosis, the report, the
+panel and the JSON all render the same object. It keeps live references (the exception, frame locals, the user
+namespace) for the diagnosis; those are never serialised.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from nb_cudaguard.incident import catalog
+from nb_cudaguard.incident.catalog import AssertionRecord
+from nb_cudaguard.incident.probe import Health, active_probe
+from nb_cudaguard.record.journal import CellRecord
+
+_LIBRARY_DIRS = tuple(
+    {os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]) if p}
+)
+_PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
+
+
+@dataclass
+class Frame:
+    filename: str
+    lineno: int
+    function: str
+    line: str
+    is_user: bool
+    cell: int | None = None  # the execution count, when the frame is a notebook cell
+    locals: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def where(self) -> str:
+        if self.cell is not None:
+            return f"cell [{self.cell}], line {self.lineno}"
+        return f"{self.filename}:{self.lineno}"
+
+    def to_dict(self) -> dict:
+        return {
+            "filename": self.filename,
+            "lineno": self.lineno,
+            "function": self.function,
+            "line": self.line,
+            "is_user": self.is_user,
+            "cell": self.cell,
+        }
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith("<") and not filename.startswith("<ipython-input"):
+        return True
+    real = os.path.realpath(filename)
+    return real.startswith(_PACKAGE_DIR) or "site-packages" in real or real.startswith(_LIBRARY_DIRS)
+
+
+def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) -> list[Frame]:
+    cell_filenames = cell_filenames or {}
+    frames = []
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        code = frame.f_code
+        filename = code.co_filename
+        cell = cell_filenames.get(filename)
+        if cell is None and filename.startswith("<ipython-input-"):
+            try:
+                cell = int(filename.split("-")[2])
+            except (IndexError, ValueError):
+                cell = None
+        is_user = cell is not None or not _is_library(filename)
+        frames.append(
+            Frame(
+                filename=filename,
+                lineno=lineno,
+                function=code.co_name,
+                line=linecache.getline(filename, lineno, frame.f_globals).strip(),
+                is_user=is_user,
+                cell=cell,
+                locals=dict(frame.f_locals) if is_user else {},
+            )
+        )
+    return frames
+
+
+@dataclass
+class Incident:
+    exc_type: str
+    message: str
+    classification: str  # "poisoned" | "recoverable" | "not_cuda"
+    health: Health
+    frames: list[Frame] = field(default_factory=list)
+    assertions: list[AssertionRecord] = field(default_factory=list)
+    cell: CellRecord | None = None
+    output_tail: str = ""
+    created: float = field(default_factory=time.time)
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    namespace: dict | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        """The error as a log would show it, plus the captured output: what the catalog matches against."""
+        return f"{self.exc_type}: {self.message}\n{self.output_tail}"
+
+    @property
+    def user_frames(self) -> list[Frame]:
+        return [f for f in self.frames if f.is_user]
+
+    @property
+    def user_frame(self) -> Frame | None:
+        frames = self.user_frames
+        return frames[-1] if frames else None
+
+    @property
+    def poisoned(self) -> bool | None:
+        if self.classification == "poisoned":
+            return True
+        if self.classification == "recoverable":
+            return False
+        return None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.classification != "not_cuda"
+
+    def to_dict(self) -> dict:
+        return {
+            "exc_type": self.exc_type,
+            "message": self.message,
+            "classification": self.classification,
+            "poisoned": self.poisoned,
+            "health": self.health.to_dict(),
+            "frames": [f.to_dict() for f in self.frames],
+            "assertions": [a.to_dict() for a in self.assertions],
+            "cell": self.cell.to_dict(with_names=False) if self.cell else None,
+            "created": self.created,
+        }
+
+
+def classify(text: str, assertions: list[AssertionRecord], health: Health) -> str:
+    """Live, only the probe can say "poisoned"; from a log (no probe), a sticky error text or assertion does."""
+    if health.state == "poisoned":
+        return "poisoned"
+    sticky = catalog.sticky_verdict(text)
+    if health.source == "log" and (sticky is True or assertions):
+        return "poisoned"
+    if catalog.is_cuda_text(text) or assertions or health.state == "healthy":
+        return "recoverable"
+    return "not_cuda"
+
+
+def _qualified_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    if module in ("builtins", "__main__"):
+        return cls.__qualname__
+    if module.startswith("nb_cudaguard"):
+        return f"nb_cudaguard.{cls.__qualname__}"
+    if module.startswith("torch"):
+        # torch.AcceleratorError lives in torch._C; users know it by its public name.
+        public = sys.modules.get("torch")
+        if public is not None and getattr(public, cls.__name__, None) is cls:
+            return f"torch.{cls.__name__}"
+    return f"{module}.{cls.__qualname__}"
+
+
+def build_incident(
+    exc: BaseException,
+    *,
+    output_tail: str = "",
+    assertions: list[AssertionRecord] | None = None,
+    cell: CellRecord | None = None,
+    cell_filenames: dict[str, int] | None = None,
+    namespace: dict | None = None,
+) -> Incident:
+    """Called right after a cell failed: the probe runs here, and only here."""
+    message = str(exc)
+    assertions = list(assertions or [])
+    exc_type = _qualified_name(exc)
+    health = active_probe().check()
+    text = f"{exc_type}: {message}\n{output_tail}"
+    return Incident(
+        exc_type=exc_type,
+        message=message,
+        classification=classify(text, assertions, health),
+        health=health,
+        frames=frames_of(exc, cell_filenames),
+        assertions=assertions,
+        cell=cell,
+        output_tail=output_tail,
+        exception=exc,
+        namespace=namespace,
+    )

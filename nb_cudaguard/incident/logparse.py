@@ -1,0 +1,81 @@
+"""Read an error log a user already has (a traceback copied from Kaggle, Colab, a terminal) into an Incident.
+
+Logs come in many shapes: plain Python tracebacks, IPython 7 (``<ipython-input-5-...> in <module>`` and
+``----> 3`` arrows), IPython 8+ (``Cell In[5], line 3``), with ANSI colours, with or without the device's
+assertion lines. We take what is there and say what is missing rather than guess.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nb_cudaguard.incident.catalog import parse_assertions
+from nb_cudaguard.incident.incident import Frame, Incident, classify
+from nb_cudaguard.incident.probe import Health
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(?P<msg>.*)$")
+_PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_IPY8_CELL = re.compile(r"^\s*Cell In\s?\[(?P<cell>\d*)\], line (?P<line>\d+)")
+_IPY7_CELL = re.compile(r"^\s*<ipython-input-(?P<cell>\d+)-[0-9a-f]+> in (?P<func>\S+)")
+_ARROW = re.compile(r"^\s*-+>\s*(?P<line>\d+)\s(?P<code>.*)$")
+_HEADER = re.compile(r"^\s*[A-Za-z_][\w.]*\s{3,}Traceback \(most recent call last\)")
+
+
+def _strip(text: str) -> str:
+    return _ANSI.sub("", text).replace("\r\n", "\n")
+
+
+def _exception(lines: list[str]) -> tuple[str, str]:
+    """The last ``Type: message`` line, with the message lines that follow it."""
+    for index in range(len(lines) - 1, -1, -1):
+        match = _EXC_LINE.match(lines[index].strip())
+        if match and not _HEADER.match(lines[index]):
+            rest = []
+            for follow in lines[index + 1 :]:
+                if not follow.strip() or _PY_FRAME.match(follow) or _EXC_LINE.match(follow.strip()):
+                    break
+                rest.append(follow.strip())
+            return match["type"], "\n".join([match["msg"], *rest]).strip()
+    return "", ""
+
+
+def _frames(lines: list[str]) -> list[Frame]:
+    frames: list[Frame] = []
+    for index, line in enumerate(lines):
+        following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        match = _PY_FRAME.match(line)
+        if match:
+            filename = match["file"]
+            is_lib = "site-packages" in filename or "dist-packages" in filename or "/lib/python" in filename
+            frames.append(Frame(filename, int(match["line"]), match["func"], following, not is_lib))
+            continue
+        match = _IPY8_CELL.match(line) or _IPY7_CELL.match(line)
+        if match:
+            cell = int(match["cell"]) if match["cell"] else None
+            lineno = int(match.groupdict().get("line") or 0)
+            code = ""
+            for look in lines[index + 1 : index + 12]:
+                arrow = _ARROW.match(look)
+                if arrow:
+                    lineno, code = int(arrow["line"]), arrow["code"].strip()
+                    break
+            frames.append(Frame(f"In[{cell}]", lineno, "<module>", code, True, cell))
+    return frames
+
+
+def incident_from_log(text: str) -> Incident:
+    clean = _strip(text)
+    lines = clean.splitlines()
+    exc_type, message = _exception(lines)
+    assertions = parse_assertions(clean)
+    health = Health("unknown", "read from a log: the context could not be probed", source="log")
+    return Incident(
+        exc_type=exc_type or "(no exception found)",
+        message=message,
+        classification=classify(clean, assertions, health),
+        health=health,
+        frames=_frames(lines),
+        assertions=assertions,
+        output_tail=clean[-64 * 1024 :],
+    )

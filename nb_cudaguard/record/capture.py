@@ -1,0 +1,340 @@
+"""Tee what a cell writes to the process's stdout and stderr into a small buffer, without taking it from the user.
+
+CUDA prints ``... Assertion `t >= 0 && t < n_classes` failed.`` from C, at the next synchronisation, to the
+process's file descriptors: in a notebook that text often lands in the server log where nobody looks. We keep a
+bounded tail of each cell's output and the assertion lines in it, so that the report can show them.
+
+Two ways in, chosen per stream when the extension loads:
+
+* ``stream``: ipykernel (>= 6, ``capture_fd_output`` on) already points fds 1 and 2 at pipes and forwards them to
+  the frontend from a thread that calls ``OutStream.write``. We wrap that one method on the instance: every byte
+  the user sees passes through it exactly once, in order, so nothing can be stolen or reordered.
+* ``fd``: everywhere else (terminal IPython, ``capture_fd_output`` off) we do what ipykernel does, for the length
+  of a cell only: point the fd at a pipe and let a thread copy each chunk to the original fd and to the buffer.
+  Outside cells the fds are the user's own, so a terminal's prompt keeps its tty.
+
+A cell that closes or re-points fd 1 or 2 wins: we notice, stop tapping that fd, and say so in ``status``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import select
+import sys
+import termios
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from nb_cudaguard.incident.catalog import AssertionCollector, AssertionRecord
+
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20
+_DRAIN_SECONDS = 0.5
+
+
+def _fflush_c() -> None:
+    """Push C stdio buffers (CUDA prints through printf) into the fds before we read or restore them."""
+    try:
+        _libc.fflush(None)
+    except (AttributeError, OSError):
+        pass
+
+
+try:
+    _libc = ctypes.CDLL(None)
+except OSError:  # pragma: no cover - every Linux and macOS libc loads
+    _libc = None
+
+
+def _pending_bytes(fd: int) -> int:
+    buf = ctypes.c_int(0)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+    except OSError:
+        return 0
+    return buf.value
+
+
+@dataclass
+class CellOutput:
+    """What one cell wrote, kept small: the last ``limit`` characters and every distinct assertion.
+
+    ``add`` runs for every write the user makes (ipykernel forwards C-level output in 1000-byte pieces), so it only
+    appends; pieces are joined, scanned for assertion lines and trimmed in batches of ``_BATCH`` characters, and
+    decoded only when the report reads them.
+    """
+
+    limit: int = 64 * 1024
+    chunks: deque = field(default_factory=deque)
+    size: int = 0
+    total: int = 0
+    collector: AssertionCollector = field(default_factory=AssertionCollector)
+    _pending: list = field(default_factory=list)
+    _pending_size: int = 0
+    _partial: str | bytes = ""
+
+    def add(self, chunk: str | bytes) -> None:
+        if self._pending and type(chunk) is not type(self._pending[0]):
+            self._settle()
+        self._pending.append(chunk)
+        self._pending_size += len(chunk)
+        if self._pending_size >= _BATCH:
+            self._settle()
+
+    def _settle(self) -> None:
+        if not self._pending:
+            return
+        block = self._pending[0][:0].join(self._pending)
+        self._pending, self._pending_size = [], 0
+        self.total += len(block)
+        self._scan(block)
+        self.chunks.append(block[-self.limit :])
+        self.size += len(self.chunks[-1])
+        while self.size - len(self.chunks[0]) >= self.limit:
+            self.size -= len(self.chunks.popleft())
+
+    def _scan(self, block: str | bytes) -> None:
+        """Feed the complete lines that hold an assertion; carry the unfinished last line into the next block."""
+        newline, marker = ("\n", _STR_MARKER) if isinstance(block, str) else (b"\n", _BYTES_MARKER)
+        partial = self._partial if type(self._partial) is type(block) else block[:0]
+        if marker not in block and marker not in partial[-8:] + block[:8]:
+            _, found, rest = block.rpartition(newline)
+            self._partial = (rest if found else partial + block)[-4096:]
+            return
+        complete, found, rest = (partial + block).rpartition(newline)
+        if found and marker in complete:
+            self.collector.feed_text(_as_text(complete))
+        self._partial = (rest if found else complete)[-4096:]
+
+    def finish(self) -> None:
+        self._settle()
+        if self._partial:
+            self.collector.feed_text(_as_text(self._partial))
+            self._partial = ""
+
+    @property
+    def text(self) -> str:
+        self._settle()
+        parts: list[str] = []
+        raw: list[bytes] = []  # consecutive byte chunks are decoded together, so no character is cut in two
+        for chunk in self.chunks:
+            if isinstance(chunk, bytes):
+                raw.append(chunk)
+                continue
+            if raw:
+                parts.append(_as_text(b"".join(raw)))
+                raw = []
+            parts.append(chunk)
+        if raw:
+            parts.append(_as_text(b"".join(raw)))
+        return "".join(parts)[-self.limit :]
+
+    @property
+    def assertions(self) -> list[AssertionRecord]:
+        self.finish()
+        return self.collector.records
+
+
+_BATCH = 256 * 1024
+_STR_MARKER, _BYTES_MARKER = "ssert", b"ssert"
+
+
+def _as_text(chunk: str | bytes) -> str:
+    return chunk if isinstance(chunk, str) else chunk.decode("utf-8", errors="replace")
+
+
+class _StreamTap:
+    """Wraps ``write`` on one ipykernel OutStream instance (which its fd-watch thread also calls)."""
+
+    mode = "stream"
+
+    def __init__(self, stream, fd: int, sink) -> None:
+        self.stream = stream
+        self.fd = fd
+        self.sink = sink
+        self.disabled_reason: str | None = None
+        self.begin()
+
+    def begin(self) -> None:
+        # IPython 9 swaps ``write`` for its own history tee around every cell and puts back what it found, so
+        # we check at each cell that ours is the outermost one, rather than installing it once.
+        current = self.stream.write
+        if getattr(current, "__nb_cudaguard__", False):
+            return
+        sink = self.sink
+
+        def write(text, *args, _inner=current, **kwargs):
+            result = _inner(text, *args, **kwargs)
+            if isinstance(text, str):
+                sink(text)
+            return result
+
+        write.__nb_cudaguard__ = True
+        self.stream.write = write
+
+    def end(self, failed: bool) -> None:
+        if not failed:
+            return
+        _fflush_c()
+        fid = getattr(self.stream, "_fid", None)
+        if fid is None:
+            return
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        while _pending_bytes(fid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.01)  # let the watcher finish the chunk it already read
+
+    def close(self) -> None:
+        current = self.stream.__dict__.get("write")
+        if current is not None and getattr(current, "__nb_cudaguard__", False):
+            del self.stream.write
+
+
+class _FdTap:
+    """Points one fd at a pipe during a cell; a thread copies each chunk to the original and to the sink."""
+
+    mode = "fd"
+
+    def __init__(self, fd: int, pystream_name: str, sink) -> None:
+        self.fd = fd
+        self.pystream_name = pystream_name
+        self.sink = sink
+        self.disabled_reason: str | None = None
+        self.saved = os.dup(fd)
+        os.set_inheritable(self.saved, False)
+        self.read_end, self.write_end = os.pipe()
+        try:
+            fcntl.fcntl(self.write_end, _F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass
+        os.set_blocking(self.read_end, False)
+        self._pipe_ino = os.fstat(self.write_end).st_ino
+        self._lock = threading.Lock()
+        self._active = False
+        self._thread = threading.Thread(target=self._pump, name=f"nb_cudaguard-fd{fd}", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        # Wait for data without the lock, then read *and* forward under it: once the pipe is empty and the lock is
+        # free, every byte the cell wrote has reached the original fd and the buffer (see ``end``).
+        poller = select.poll()
+        poller.register(self.read_end, select.POLLIN)
+        while True:
+            poller.poll()
+            with self._lock:
+                try:
+                    data = os.read(self.read_end, _PIPE_BYTES)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                view = memoryview(data)
+                while view:
+                    try:
+                        written = os.write(self.saved, view)
+                    except OSError:
+                        break
+                    view = view[written:]
+                self.sink(data)
+
+    def _flush_python(self) -> None:
+        stream = getattr(sys, self.pystream_name, None)
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+    def begin(self) -> None:
+        if self.disabled_reason:
+            return
+        self._flush_python()
+        os.dup2(self.write_end, self.fd)
+        self._active = True
+
+    def _still_ours(self) -> bool:
+        try:
+            return os.fstat(self.fd).st_ino == self._pipe_ino
+        except OSError:
+            return False
+
+    def end(self, failed: bool) -> None:
+        if not self._active:
+            return
+        self._active = False
+        self._flush_python()
+        if failed:  # only then do we need what C still buffers; on success it reaches the user later anyway
+            _fflush_c()
+        if self._still_ours():
+            os.dup2(self.saved, self.fd)
+        else:
+            self.disabled_reason = f"the cell closed or redirected fd {self.fd}; its output is no longer captured"
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        while _pending_bytes(self.read_end) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with self._lock:
+            pass
+
+    def close(self) -> None:
+        if self._active:
+            self.end(failed=False)
+        os.close(self.write_end)  # the pump sees EOF once the pipe is drained
+        self._thread.join(timeout=2)
+        os.close(self.read_end)
+        os.close(self.saved)
+
+
+def _is_watching_outstream(stream) -> bool:
+    return getattr(stream, "_fid", None) is not None and hasattr(stream, "_original_stdstream_copy")
+
+
+class OutputCapture:
+    """One per shell: the taps on fds 1 and 2 and the current cell's output."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        self.limit = limit
+        self.current = CellOutput(limit=limit)
+        self._taps: list = []
+
+    def attach(self) -> None:
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            stream = getattr(sys, name, None)
+            if _is_watching_outstream(stream):
+                self._taps.append(_StreamTap(stream, fd, self._sink))
+            else:
+                try:
+                    self._taps.append(_FdTap(fd, name, self._sink))
+                except OSError as exc:  # fd closed before we loaded: nothing to tap
+                    sys.__stderr__.write(f"nb_cudaguard: not capturing fd {fd}: {exc}\n")
+
+    def _sink(self, text: str) -> None:
+        self.current.add(text)
+
+    @property
+    def modes(self) -> dict[int, str]:
+        return {tap.fd: tap.mode for tap in self._taps}
+
+    @property
+    def problems(self) -> list[str]:
+        return [tap.disabled_reason for tap in self._taps if tap.disabled_reason]
+
+    def begin_cell(self) -> None:
+        self.current = CellOutput(limit=self.limit)
+        for tap in self._taps:
+            tap.begin()
+
+    def end_cell(self, failed: bool) -> CellOutput:
+        for tap in self._taps:
+            tap.end(failed)
+        self.current.finish()
+        return self.current
+
+    def detach(self) -> None:
+        for tap in self._taps:
+            tap.close()
+        self._taps.clear()

@@ -1,0 +1,312 @@
+"""The replay plan: which recorded cells to run again after a restart, so that the failing cell can run again.
+
+A restart loses everything, and a device-side assert leaves nothing on the GPU that could be saved first, so the
+session is rebuilt by running the recorded cells again. Running all of them can take hours (a training loop), so
+the default plan is the *minimal* one: walking back from the failing cell, keep each earlier successful cell that
+binds, mutates or deletes a name that is still needed, and add the names that cell reads itself. A cell that binds a
+name unconditionally without reading it (``x = load()``) ends the search for that name, so an earlier, overwritten
+``x`` is left out. Cells that change the process rather than the namespace (``%cd``, ``%env``, ``%load_ext``...)
+are always kept; ``!`` shell lines and ``%pip`` are not, since what they did to the disk is still there.
+
+The analysis is static (see ``cellnames``): a name reached only through ``globals()`` or ``exec`` is invisible
+to it. That is why the plan is shown before it runs, with durations, and why cells can be added or dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nb_cudaguard.record.journal import CellRecord, Journal
+
+MODES = ("minimal", "all", "none")
+
+# Magics that change the process (not the namespace): a fresh process needs them again, whatever they bind.
+_PROCESS_MAGICS = frozenset(
+    {
+        "aimport",
+        "alias",
+        "autoawait",
+        "autoreload",
+        "cd",
+        "config",
+        "env",
+        "load_ext",
+        "matplotlib",
+        "pylab",
+        "precision",
+        "reload_ext",
+        "set_env",
+        "xmode",
+    }
+)
+# Magics that bind names we cannot see (a script's globals, a restored store): kept, like a star import.
+_OPAQUE_MAGICS = frozenset({"run", "store"})
+# nb_cudaguard's own commands only show or steer things; running them again would do nothing useful.
+_OWN_SUBCOMMANDS = frozenset({"restart", "replay", "report", "status", "demo"})
+
+
+@dataclass
+class PlanStep:
+    record: CellRecord
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"seq": self.record.seq, "label": self.record.label, "reason": self.reason}
+
+
+@dataclass
+class ReplayPlan:
+    mode: str
+    target: CellRecord | None
+    steps: list[PlanStep] = field(default_factory=list)
+    excluded: list[PlanStep] = field(default_factory=list)
+    unresolved: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[CellRecord]:
+        return [step.record for step in self.steps]
+
+    @property
+    def recorded_seconds(self) -> float:
+        return sum(step.record.duration for step in self.steps)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "target": self.target.seq if self.target is not None else None,
+            "steps": [step.to_dict() for step in self.steps],
+            "excluded": [step.to_dict() for step in self.excluded],
+            "unresolved": sorted(self.unresolved),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, journal: Journal) -> ReplayPlan:
+        """Rebuild a plan in the new process from the journal that came with it (cells are found by seq)."""
+
+        def steps(items: list[dict]) -> list[PlanStep]:
+            found = []
+            for item in items:
+                record = journal.by_seq(int(item["seq"]))
+                if record is None:
+                    raise ValueError(f"the plan names cell {item.get('label')} but the journal does not hold it")
+                found.append(PlanStep(record, str(item.get("reason", ""))))
+            return found
+
+        target = journal.by_seq(int(data["target"])) if data.get("target") is not None else None
+        return cls(
+            mode=str(data["mode"]),
+            target=target,
+            steps=steps(data.get("steps", [])),
+            excluded=steps(data.get("excluded", [])),
+            unresolved=set(data.get("unresolved", [])),
+            notes=list(data.get("notes", [])),
+        )
+
+    def to_text(self) -> str:
+        target = f", for the failing cell {self.target.label}" if self.target is not None else ""
+        lines = [
+            f"nb_cudaguard replay plan ({self.mode}{target}): {len(self.steps)} cell(s), "
+            f"{self.recorded_seconds:.2f} s as recorded"
+        ]
+        lines += [_row(step) for step in self.steps] or ["  (nothing to replay)"]
+        if self.excluded:
+            lines.append("Left out:")
+            lines += [_row(step) for step in self.excluded]
+        if self.unresolved:
+            missing = ", ".join(sorted(self.unresolved))
+            lines.append(f"Read by the failing cell, but bound by no recorded cell: {missing}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _row(step: PlanStep) -> str:
+    first = step.record.first_line
+    first = first if len(first) <= 44 else first[:43] + "…"
+    return f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<44}  {step.reason}"
+
+
+def _magic_names(record: CellRecord) -> set[str]:
+    return {name for name, _ in record.names.magics}
+
+
+def _is_own_command(record: CellRecord) -> bool:
+    return any(
+        name == "cudaguard" and (line.split() or ["status"])[0] in _OWN_SUBCOMMANDS
+        for name, line in record.names.magics
+    )
+
+
+def _exclusion(record: CellRecord, target: CellRecord | None) -> str | None:
+    """Why a recorded cell can never be replayed, or None if it may be."""
+    if target is not None and record.seq == target.seq:
+        return "the failing cell"
+    if record.status == "restart":
+        return "asked for a restart"
+    if record.status != "ok":
+        return {"error": "failed", "interrupted": "was interrupted"}.get(record.status, "did not finish")
+    if record.skip_marked:
+        return "marked '# cudaguard: skip'"
+    if _is_own_command(record):
+        return "an nb_cudaguard command"
+    return None
+
+
+def failing_cell(journal: Journal) -> CellRecord | None:
+    """The cell the user wants to run again after the restart: the most recent failure, except that a sticky
+    CUDA error makes every later CUDA cell fail with the same message, so for those the first of that run
+    (since the last restart) is the cell that caused it."""
+    records = list(journal)
+    failed = [c for c in records if c.status == "error"]
+    if not failed:
+        return None
+    last = failed[-1]
+    if not last.error or "CUDA error" not in last.error:
+        return last
+    since = max((c.seq for c in records if c.status == "restart" and c.seq < last.seq), default=0)
+    return next(c for c in failed if c.seq > since and c.error == last.error)
+
+
+def _module_names(candidates: Iterable[CellRecord]) -> set[str]:
+    """Names bound by imports and never assigned: a method call on them (``np.zeros``) changes nothing."""
+    imported: set[str] = set()
+    assigned: set[str] = set()
+    for record in candidates:
+        imported |= record.names.imported
+        assigned |= record.names.defined - record.names.imported
+    return imported - assigned
+
+
+def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[PlanStep], set[str], list[PlanStep]]:
+    """Backward slice from the target. Globals read inside kept functions are read when the target calls them,
+    so they join the target's own needs and the slice is taken again until nothing new turns up."""
+    modules = _module_names(candidates)
+    binders: dict[str, set[str]] = {}
+    for record in candidates:
+        binders.update(record.names.function_globals)
+    earlier = [c for c in candidates if c.seq < target.seq]
+    at_target = set(target.names.used) | target.names.mutated
+    while True:
+        chosen, needed = _slice(at_target, earlier, modules, binders)
+        deferred = set().union(*(step.record.names.deferred for step in chosen)) if chosen else set()
+        if deferred <= at_target:
+            break
+        at_target |= deferred
+    chosen_seqs = {step.record.seq for step in chosen}
+    skipped = [PlanStep(c, f"not needed by {target.label}") for c in earlier if c.seq not in chosen_seqs]
+    later = [PlanStep(c, f"ran after {target.label}") for c in candidates if c.seq > target.seq]
+    bound = set().union(*(c.names.defined for c in candidates)) if candidates else set()
+    return chosen, {name for name in needed if name not in bound}, skipped + later
+
+
+def _slice(
+    needed: set[str], earlier: list[CellRecord], modules: set[str], binders: dict[str, set[str]]
+) -> tuple[list[PlanStep], set[str]]:
+    """One backward pass. ``binders``: functions that bind globals, so that a cell calling them binds those."""
+    needed = set(needed)
+    chosen: list[PlanStep] = []
+    for record in reversed(earlier):
+        names = record.names
+        changed = names.mutated - (names.call_mutated & modules)
+        called = set().union(*(binders.get(name, set()) for name in names.used - names.defined))
+        reason = _keep_reason(record, (names.defined | names.deleted | called) & needed, changed & needed)
+        if reason is None:
+            continue
+        chosen.append(PlanStep(record, reason))
+        needed -= names.rebound
+        needed |= names.used | changed
+    chosen.reverse()
+    return chosen, needed
+
+
+def _keep_reason(record: CellRecord, bound: set[str], changed: set[str]) -> str | None:
+    names = record.names
+    magics = _magic_names(record)
+    parts = []
+    if bound:
+        parts.append("binds " + _few(bound))
+    if changed - bound:
+        parts.append("changes " + _few(changed - bound))
+    if parts:
+        return "; ".join(parts)
+    if magics & _PROCESS_MAGICS:
+        return "sets up the process (%" + ", %".join(sorted(magics & _PROCESS_MAGICS)) + ")"
+    if magics & _OPAQUE_MAGICS or "star_import" in names.side_effects:
+        return "may bind any name (star import or %run)"
+    if names.syntax_error:
+        return f"could not be analysed ({names.syntax_error}); kept to be safe"
+    return None
+
+
+def _few(names: set[str]) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:5]) + (" …" if len(ordered) > 5 else "")
+
+
+def _find(journal: Journal, counts: Iterable[int]) -> tuple[list[CellRecord], list[int]]:
+    found, missing = [], []
+    for count in counts:
+        record = next((c for c in journal if c.execution_count == count), None)
+        (found.append(record) if record is not None else missing.append(count))
+    return found, missing
+
+
+def build_plan(
+    journal: Journal,
+    mode: str = "minimal",
+    target: CellRecord | None = None,
+    add: Iterable[int] = (),
+    drop: Iterable[int] = (),
+    cells: Iterable[int] | None = None,
+) -> ReplayPlan:
+    """The plan for ``mode``, with the user's changes: ``cells`` replaces it, ``add``/``drop`` edit it.
+
+    Cells are named by execution count, as the frontend shows them (``[3]`` is 3).
+    """
+    if mode not in MODES:
+        raise ValueError(f"replay must be one of {', '.join(MODES)}, not {mode!r}")
+    target = target if target is not None else failing_cell(journal)
+    plan = ReplayPlan(mode=mode if cells is None else "chosen cells", target=target)
+    if mode == "none" and cells is None and not add:
+        return plan
+    replayable, never = [], []
+    for record in journal:
+        why = _exclusion(record, target)
+        (never.append(PlanStep(record, why)) if why else replayable.append(record))
+    if cells is not None:
+        wanted, missing = _find(journal, cells)
+        chosen_seqs = {c.seq for c in wanted}
+        plan.steps = [PlanStep(c, "chosen") for c in replayable if c.seq in chosen_seqs]
+        plan.excluded = [PlanStep(c, "not chosen") for c in replayable if c.seq not in chosen_seqs]
+        plan.notes += [f"Cell [{n}] is not in the journal." for n in missing]
+    elif mode == "minimal" and target is not None:
+        plan.steps, plan.unresolved, plan.excluded = _minimal(target, replayable)
+    elif mode != "none":
+        plan.steps = [PlanStep(c, "ran successfully") for c in replayable]
+        if mode == "minimal":
+            plan.notes.append("No failing cell is recorded, so the minimal plan is every successful cell.")
+    _apply_edits(plan, journal, replayable, add, drop)
+    plan.excluded += never
+    plan.excluded.sort(key=lambda s: s.record.seq)
+    return plan
+
+
+def _apply_edits(
+    plan: ReplayPlan, journal: Journal, replayable: list[CellRecord], add: Iterable[int], drop: Iterable[int]
+) -> None:
+    allowed = {c.seq for c in replayable}
+    added, missing = _find(journal, add)
+    for record in added:
+        if record.seq not in allowed:
+            plan.notes.append(f"Cell {record.label} cannot be added: {_exclusion(record, plan.target)}.")
+        elif record.seq not in {s.record.seq for s in plan.steps}:
+            plan.steps.append(PlanStep(record, "added by you"))
+            plan.excluded = [s for s in plan.excluded if s.record.seq != record.seq]
+    dropped, missing_drop = _find(journal, drop)
+    dropped_seqs = {c.seq for c in dropped}
+    plan.excluded += [PlanStep(s.record, "dropped by you") for s in plan.steps if s.record.seq in dropped_seqs]
+    plan.steps = [s for s in plan.steps if s.record.seq not in dropped_seqs]
+    plan.steps.sort(key=lambda s: s.record.seq)
+    plan.notes += [f"Cell [{n}] is not in the journal." for n in [*missing, *missing_drop]]
