@@ -8,45 +8,14 @@ from __future__ import annotations
 
 import linecache
 import os
-import site
 import sys
-import sysconfig
 from dataclasses import dataclass
-from functools import lru_cache
 from types import FrameType
 from typing import Any
 
+from nb_cudaguard.incident.usercode import is_user_file
+
 _MAX_MODULES = 200  # user-namespace modules searched for the owner of a weight
-
-
-@lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
-    """Folders whose code is not the user's: the standard library, site-packages, torch, this package."""
-    roots = {os.path.dirname(os.path.abspath(__file__))}
-    paths = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        if paths.get(key):
-            roots.add(os.path.abspath(paths[key]))
-    try:
-        roots.update(os.path.abspath(p) for p in site.getsitepackages())
-    except AttributeError:  # virtualenvs with an old site.py
-        pass
-    user_site = getattr(site, "USER_SITE", None)
-    if user_site:
-        roots.add(os.path.abspath(user_site))
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
-    return tuple(sorted(roots))
-
-
-def is_user_file(filename: str) -> bool:
-    if filename.startswith("<frozen") or filename.startswith("<__array_function__"):
-        return False
-    if filename.startswith("<"):  # <ipython-input-...>, <string> from exec: the user's code
-        return True
-    path = os.path.abspath(filename)
-    return not any(path == root or path.startswith(root + os.sep) for root in _library_roots())
 
 
 def user_frame(start: FrameType | None = None) -> FrameType | None:

@@ -8,9 +8,7 @@ namespace) for the diagnosis; those are never serialised.
 from __future__ import annotations
 
 import linecache
-import os
 import sys
-import sysconfig
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -18,12 +16,8 @@ from dataclasses import dataclass, field
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.catalog import AssertionRecord
 from nb_cudaguard.incident.probe import Health, active_probe
+from nb_cudaguard.incident.usercode import is_user_file
 from nb_cudaguard.record.journal import CellRecord
-
-_LIBRARY_DIRS = tuple(
-    {os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]) if p}
-)
-_PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
 
 
 @dataclass
@@ -53,13 +47,6 @@ class Frame:
         }
 
 
-def _is_library(filename: str) -> bool:
-    if filename.startswith("<") and not filename.startswith("<ipython-input"):
-        return True
-    real = os.path.realpath(filename)
-    return real.startswith(_PACKAGE_DIR) or "site-packages" in real or real.startswith(_LIBRARY_DIRS)
-
-
 def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) -> list[Frame]:
     cell_filenames = cell_filenames or {}
     frames = []
@@ -72,7 +59,7 @@ def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) 
                 cell = int(filename.split("-")[2])
             except (IndexError, ValueError):
                 cell = None
-        is_user = cell is not None or not _is_library(filename)
+        is_user = cell is not None or is_user_file(filename)
         frames.append(
             Frame(
                 filename=filename,

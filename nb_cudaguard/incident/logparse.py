@@ -12,6 +12,7 @@ import re
 from nb_cudaguard.incident.catalog import parse_assertions
 from nb_cudaguard.incident.incident import Frame, Incident, classify
 from nb_cudaguard.incident.probe import Health
+from nb_cudaguard.incident.usercode import is_user_file_in_log
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(?P<msg>.*)$")
@@ -47,8 +48,7 @@ def _frames(lines: list[str]) -> list[Frame]:
         match = _PY_FRAME.match(line)
         if match:
             filename = match["file"]
-            is_lib = "site-packages" in filename or "dist-packages" in filename or "/lib/python" in filename
-            frames.append(Frame(filename, int(match["line"]), match["func"], following, not is_lib))
+            frames.append(Frame(filename, int(match["line"]), match["func"], following, is_user_file_in_log(filename)))
             continue
         match = _IPY8_CELL.match(line) or _IPY7_CELL.match(line)
         if match:
