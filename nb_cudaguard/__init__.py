@@ -23,12 +23,11 @@ def load_ipython_extension(shell) -> None:
 
     guard = CudaGuard(shell)
     guard.register()
-    guard.magics = CudaGuardMagics(shell, guard)
-    shell.register_magics(guard.magics)
-    guard.check_magics = CudaCheckMagics(shell)
-    shell.register_magics(guard.check_magics)
+    guard.magics = [CudaGuardMagics(shell, guard), CudaCheckMagics(shell)]
+    for magics in guard.magics:
+        shell.register_magics(magics)
     setattr(shell, _ATTRIBUTE, guard)
-    from nb_cudaguard.restart.resume import resume_after_restart
+    from nb_cudaguard.relaunch.resume import resume_after_restart
 
     resume_after_restart(shell, guard)  # after an in-place restart: carry the journal over and replay
     from nb_cudaguard.panel.follower import reattach_after_restart
@@ -44,7 +43,7 @@ def unload_ipython_extension(shell) -> None:
     from nb_cudaguard.check.magics import set_every_cell
 
     set_every_cell(shell, False)
-    ours = (guard.magics, getattr(guard, "check_magics", None))
+    ours = tuple(guard.magics)
     magics = shell.magics_manager.magics
     for kind in ("line", "cell"):
         for name, func in list(magics[kind].items()):
@@ -64,11 +63,20 @@ def get_guard(shell=None):
     return getattr(shell, _ATTRIBUTE, None) if shell is not None else None
 
 
-def restart(replay: str = "minimal", diagnose: bool = False, cells=None, **options):
+def restart(replay: str = "minimal", diagnose: bool = False, cells=None, *, shell=None, **options):
     """Restart the kernel in place (same PID and ports) and replay what the failing cell needs.
 
-    See ``nb_cudaguard.restart.restart`` for the options; the restart happens just after the calling cell ends.
+    See ``nb_cudaguard.relaunch.restart.restart`` for the options; the restart happens just after the calling cell
+    ends. The extension is loaded first if it is not, so that the restart has a journal to replay from.
     """
-    from nb_cudaguard.restart.inplace import restart as _restart
+    from nb_cudaguard.relaunch.restart import RestartError
+    from nb_cudaguard.relaunch.restart import restart as _restart
 
-    return _restart(replay=replay, diagnose=diagnose, cells=cells, **options)
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        raise RestartError("nb_cudaguard.restart() runs inside IPython or a Jupyter kernel.")
+    load_ipython_extension(shell)
+    return _restart(get_guard(shell), replay=replay, diagnose=diagnose, cells=cells, **options)

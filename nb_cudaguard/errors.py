@@ -1,6 +1,8 @@
-"""The error the guard raises instead of letting a kernel poison the CUDA context.
+"""The package's exceptions: one base class for all of them, and the error ``%%cudacheck`` raises instead of
+letting a kernel poison the CUDA context.
 
-Kept free of torch so that ``except nb_cudaguard.CudaCheckError`` works in code that never imports torch.
+Kept free of torch (and of every other part of the package) so that ``except nb_cudaguard.CudaCheckError`` works
+in code that never imports torch, and so that any part may raise them.
 """
 
 from __future__ import annotations
@@ -8,11 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 
-class CudaCheckError(RuntimeError):
+class NbCudaguardError(Exception):
+    """The base of every error nb_cudaguard raises on purpose, so that a caller can catch them all at once."""
+
+
+class CudaCheckError(RuntimeError, NbCudaguardError):
     """An argument of an assert-prone op would have tripped a CUDA device assert; the op did not run.
 
-    A ``RuntimeError`` like the CUDA error it replaces, so existing ``except RuntimeError`` code still catches it.
-    The attributes carry what the report needs: which op and argument, the user's variable, the first offending
+    A ``RuntimeError`` first, like the CUDA error it replaces, so existing ``except RuntimeError`` code still
+    catches it. The attributes carry what the report needs: which op and argument, the user's variable, the first offending
     values and their positions, how many there are, the valid range and where it comes from, the user's line, and
     the fix. The CUDA context stays healthy: the next cell runs.
     """
@@ -86,32 +92,6 @@ class CudaCheckError(RuntimeError):
             "user_line": self.user_line,
             "fix": self.fix,
         }
-
-    def to_cause(self):
-        """The same facts as a diagnosis Cause: certain (confidence 1.0), backed by direct evidence."""
-        from nb_cudaguard.diagnosis.causes import Cause, Evidence
-
-        evidence = Evidence(
-            kind="guard",
-            text=f"%%cudacheck: {self.op} argument {self.subject} {self.problem}",
-            direct=True,
-            variable=self.variable,
-            values=self.values or None,
-            positions=self.positions or None,
-            count=self.count,
-            valid_range=self.valid_range,
-            range_source=self.range_source,
-            source_line=self.user_line,
-        )
-        summary = f"{self.op}: {self.subject} {self.problem}"
-        return Cause(
-            family=self.family,
-            confidence=1.0,
-            summary=summary,
-            fix=self.fix,
-            evidence=[evidence],
-            variable=self.variable,
-        )
 
 
 def _fmt(value: Any) -> str:

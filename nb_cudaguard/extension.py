@@ -19,7 +19,10 @@ from nb_cudaguard.record.capture import OutputCapture
 from nb_cudaguard.record.journal import CellRecord, Journal
 
 if TYPE_CHECKING:
+    from IPython.core.magic import Magics
+
     from nb_cudaguard.panel.report import Report
+    from nb_cudaguard.relaunch.outcome import ReplayOutcome
 
 
 class CudaGuard(Configurable):
@@ -54,8 +57,21 @@ class CudaGuard(Configurable):
         self.capture = OutputCapture(self.capture_limit) if self.capture_output else None
         self.incidents: list[Incident] = []
         self.last_report: Report | None = None
+        # the restart's state (restart/): one under way, how many this session had, why the last one failed, and
+        # what the last replay did
+        self.restarting = False
+        self.restarts = 0
+        self.restart_failure: str | None = None
+        self.last_replay: ReplayOutcome | None = None
+        # the magics registered for this session, removed again on unload
+        self.magics: list[Magics] = []
         self._current: CellRecord | None = None
         self._started = 0.0
+
+    @property
+    def current_cell(self) -> CellRecord | None:
+        """The journal record of the cell running now (None between cells)."""
+        return self._current
 
     @observe("capture_limit")
     def _capture_limit_changed(self, change) -> None:

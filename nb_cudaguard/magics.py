@@ -109,16 +109,16 @@ class CudaGuardMagics(Magics):
             print("nb_cudaguard: simulated GPU off.")
 
     def _cmd_restart(self, args) -> None:
-        from nb_cudaguard.restart.inplace import restart
+        from nb_cudaguard.relaunch.restart import restart
 
         restart(
-            args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop, shell=self.shell,
+            self.guard, args.replay, args.diagnose, cells=args.cells, add=args.add, drop=args.drop,
             **_carry_options(args),
         )  # fmt: skip
 
     def _cmd_replay(self, args) -> None:
         if args.report:
-            outcome = getattr(self.guard, "last_replay", None)
+            outcome = self.guard.last_replay
             print(outcome.to_text() if outcome is not None else "nb_cudaguard: no restart has replayed cells yet.")
             return
         from nb_cudaguard.replay.plan import build_plan

@@ -12,7 +12,8 @@ from test_carry import read_back
 from test_replay_plan import journal_of
 
 from nb_cudaguard.carry import value as carry
-from nb_cudaguard.carry.plan import Planner, build_carry_plan
+from nb_cudaguard.carry.plan import build_carry_plan
+from nb_cudaguard.carry.planner import Planner
 from nb_cudaguard.carry.search import Search
 from nb_cudaguard.replay.plan import build_plan
 

@@ -21,7 +21,7 @@ RANK = {
     "check": 4,
     "replay": 5,
     "carry": 6,
-    "restart": 7,
+    "relaunch": 7,
     "panel": 8,
     "cli": 9,
     "extension": 10,

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from nb_cudaguard.carry import place as carry_place
+from nb_cudaguard.carry.manifest import CarriedBuffers, CarriedFile, CarryManifest
 from nb_cudaguard.carry.plan import CarryPlan, build_carry_plan, size_text
 from nb_cudaguard.carry.value import Measure, NotCarriable, loads, map_verified, read_verified
 from nb_cudaguard.replay import handoff
@@ -55,7 +56,7 @@ def prepare(
     force_carry: Iterable[str] = (),
     no_carry: Iterable[str] = (),
     replay_cells: Iterable[int] = (),
-) -> tuple[ReplayPlan, dict | None, CarryPlan]:
+) -> tuple[ReplayPlan, CarryManifest | None, CarryPlan]:
     """Before the restart: decide, write the carried values, and return the plan to replay and the manifest."""
     binding = handoff.binding_for(shell, create_secret=True)
     discard_all(binding)  # a restart that never came back leaves one behind
@@ -69,30 +70,30 @@ def prepare(
         return base, None, plan
     where = "memory" if carry_place.in_memory(directory) else "disk"
     plan.notes.append(f"Carried values are written to {directory} ({where}).")
-    manifest = {
-        "dir": str(directory),
-        "values": [_entry(plan.measures[name]) for name in plan.carried],
-        "bytes": plan.carried_bytes,
-        "base_plan": base.to_dict(),
-        "first_skipped": min(step.record.seq for step in plan.steps if step.action != "replay"),
-        "expected_seconds": plan.expected_seconds,
-    }
+    manifest = CarryManifest(
+        directory=str(directory),
+        values=tuple(_entry(plan.measures[name]) for name in plan.carried),
+        total_bytes=plan.carried_bytes,
+        base_plan=base.to_dict(),
+        first_skipped=min(step.record.seq for step in plan.steps if step.action != "replay"),
+        expected_seconds=plan.expected_seconds,
+    )
     return plan.replay_plan(), manifest, plan
 
 
-def _entry(m: Measure) -> dict:
-    entry = {"name": m.name, "file": m.file, "sha256": m.sha256}
+def _entry(m: Measure) -> CarriedFile:
+    buffers = None
     if m.buffers is not None:
-        entry["buffers"] = {"file": m.buffers, "sha256": m.buffers_sha256, "spans": [list(s) for s in m.spans]}
-    return entry
+        buffers = CarriedBuffers(m.buffers, m.buffers_sha256, tuple(tuple(s) for s in m.spans))
+    return CarriedFile(m.name, m.file, m.sha256, buffers)
 
 
 class CarriedValues:
     """The values of one handoff: read and checked on a thread from the moment it exists, taken in by ``take``."""
 
-    def __init__(self, manifest: dict) -> None:
+    def __init__(self, manifest: CarryManifest) -> None:
         self.manifest = manifest
-        self.first_skipped = int(manifest.get("first_skipped", 0))  # absent (an older nb_cudaguard): at once
+        self.first_skipped = manifest.first_skipped
         self._data: dict[str, tuple[bytes, memoryview | None, list]] = {}
         self._failure: str | None = None
         self._read_seconds = 0.0
@@ -103,17 +104,16 @@ class CarriedValues:
 
     def _read(self) -> None:
         started = time.perf_counter()
-        directory = Path(self.manifest["dir"])
+        directory = Path(self.manifest.directory)
         try:
             info = os.lstat(directory)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                 raise NotCarriable(f"{directory} is not a private directory")
-            for entry in self.manifest["values"]:
-                stream = read_verified(directory / entry["file"], entry["sha256"])
-                buffers = entry.get("buffers")  # absent: a value without arrays, or an older nb_cudaguard
-                mapped = map_verified(directory / buffers["file"], buffers["sha256"]) if buffers else None
-                spans = [(int(offset), int(length)) for offset, length in buffers["spans"]] if buffers else []
-                self._data[entry["name"]] = (stream, mapped, spans)
+            for entry in self.manifest.values:
+                stream = read_verified(directory / entry.file, entry.sha256)
+                buffers = entry.buffers  # None: a value without arrays
+                mapped = map_verified(directory / buffers.file, buffers.sha256) if buffers else None
+                self._data[entry.name] = (stream, mapped, list(buffers.spans) if buffers else [])
         except Exception as exc:
             self._failure = f"{type(exc).__name__}: {exc}"
         finally:
@@ -138,14 +138,8 @@ class CarriedValues:
         shell.user_ns.update(values)
         self.names = sorted(values)
         self.note = (
-            f"carried {len(values)} value(s), {size_text(self.manifest['bytes'])}: read and checked in "
+            f"carried {len(values)} value(s), {size_text(self.manifest.total_bytes)}: read and checked in "
             f"{self._read_seconds:.2f} s beside the replay ({waited:.2f} s waited for), unpickled in "
             f"{time.perf_counter() - begun - waited:.2f} s"
         )
         return None
-
-
-def discard(manifest: dict | None) -> None:
-    """A refused handoff: its carried values are never read."""
-    if manifest and manifest.get("dir"):
-        shutil.rmtree(manifest["dir"], ignore_errors=True)

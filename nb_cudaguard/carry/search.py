@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nb_cudaguard.carry.plan import Planner
+    from nb_cudaguard.carry.planner import Planner
 
 EXACT_LIMIT = 14
 EXACT_BRANCHES = 4000

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from nb_cudaguard.incident.catalog import AssertionCollector, AssertionRecord
+from nb_cudaguard.record.assertions import AssertionCollector, AssertionRecord
 
 _F_SETPIPE_SZ = 1031
 _PIPE_BYTES = 1 << 20
@@ -50,7 +50,8 @@ except OSError:  # pragma: no cover - every Linux and macOS libc loads
     _libc = None
 
 
-def _pending_bytes(fd: int) -> int:
+def pending_bytes(fd: int) -> int:
+    """Bytes waiting to be read in the pipe or socket ``fd`` (0 where that cannot be asked)."""
     buf = ctypes.c_int(0)
     try:
         fcntl.ioctl(fd, termios.FIONREAD, buf)
@@ -184,7 +185,7 @@ class _StreamTap:
         if fid is None:
             return
         deadline = time.monotonic() + _DRAIN_SECONDS
-        while _pending_bytes(fid) and time.monotonic() < deadline:
+        while pending_bytes(fid) and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(0.01)  # let the watcher finish the chunk it already read
 
@@ -275,7 +276,7 @@ class _FdTap:
         else:
             self.disabled_reason = f"the cell closed or redirected fd {self.fd}; its output is no longer captured"
         deadline = time.monotonic() + _DRAIN_SECONDS
-        while _pending_bytes(self.read_end) and time.monotonic() < deadline:
+        while pending_bytes(self.read_end) and time.monotonic() < deadline:
             time.sleep(0.001)
         with self._lock:
             pass

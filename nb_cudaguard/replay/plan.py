@@ -169,7 +169,7 @@ def failing_cell(journal: Journal) -> CellRecord | None:
     return next(c for c in failed if c.seq > since and c.error == last.error)
 
 
-def _module_names(candidates: Iterable[CellRecord]) -> set[str]:
+def module_names(candidates: Iterable[CellRecord]) -> set[str]:
     """Names bound by imports and never assigned: a method call on them (``np.zeros``) changes nothing."""
     imported: set[str] = set()
     assigned: set[str] = set()
@@ -182,7 +182,7 @@ def _module_names(candidates: Iterable[CellRecord]) -> set[str]:
 def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[PlanStep], set[str], list[PlanStep]]:
     """Backward slice from the target. Globals read inside kept functions are read when the target calls them,
     so they join the target's own needs and the slice is taken again until nothing new turns up."""
-    modules = _module_names(candidates)
+    modules = module_names(candidates)
     binders: dict[str, set[str]] = {}
     for record in candidates:
         binders.update(record.names.function_globals)
@@ -211,7 +211,7 @@ def _slice(
         names = record.names
         changed = names.mutated - (names.call_mutated & modules)
         called = set().union(*(binders.get(name, set()) for name in names.used - names.defined))
-        reason = _keep_reason(record, (names.defined | names.deleted | called) & needed, changed & needed)
+        reason = keep_reason(record, (names.defined | names.deleted | called) & needed, changed & needed)
         if reason is None:
             continue
         chosen.append(PlanStep(record, reason))
@@ -221,7 +221,7 @@ def _slice(
     return chosen, needed
 
 
-def _keep_reason(record: CellRecord, bound: set[str], changed: set[str]) -> str | None:
+def keep_reason(record: CellRecord, bound: set[str], changed: set[str]) -> str | None:
     names = record.names
     magics = _magic_names(record)
     parts = []

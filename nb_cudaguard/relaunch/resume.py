@@ -10,8 +10,6 @@ cell, and the full report (what ran, what failed, what state exists) when a cell
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import os
 import signal
@@ -20,85 +18,22 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
+from nb_cudaguard.relaunch import kernel_internals as internals
+from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
+from nb_cudaguard.relaunch.outcome import ReplayOutcome
+from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
 
-# Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
-# dropped by the ROUTER socket, its output by the PUB socket: after the replay, requests are answered once a client
-# is back on iopub (its welcome message, or its TCP connection: see wait_for_clients), or at the latest this long
-# after the sockets were bound; on a loaded machine a client's iopub can take most of a second to come back.
-_CLIENT_WAIT = 1.0
+if TYPE_CHECKING:
+    from nb_cudaguard.carry.files import CarriedValues
 _OUTPUT_TAIL = 2000
 
 
-@dataclass
-class ReplayOutcome:
-    plan: ReplayPlan
-    how: str
-    pid: int
-    restarts: int
-    ran: list[tuple[CellRecord, float]] = field(default_factory=list)
-    failed: CellRecord | None = None
-    error: str | None = None
-    output: str = ""
-    seconds: float = 0.0
-    served: int = 0
-    diagnosis: str | None = None
-    names: list[str] = field(default_factory=list)
-    done: bool = False
-    children_ended: list[str] = field(default_factory=list)
-    carried: list[str] = field(default_factory=list)
-    carry_note: str | None = None
-
-    @property
-    def not_run(self) -> list[CellRecord]:
-        ran = {record.seq for record, _ in self.ran}
-        failed = self.failed.seq if self.failed is not None else None
-        return [r for r in self.plan.records if r.seq not in ran and r.seq != failed]
-
-    def summary(self) -> str:
-        how = "exec, same PID" if self.how == "exec" else "exit and auto-restart by the kernel manager"
-        parts = [
-            f"nb_cudaguard: restarted ({how}, PID {self.pid})",
-            f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
-            f"{1 if self.failed is not None else 0} failure(s)",
-        ]
-        if self.carry_note:
-            parts.append(self.carry_note)
-        if self.failed is not None:
-            parts.append(f"stopped at {self.failed.label}: {self.error}")
-        if self.served:
-            parts.append(f"{self.served} request(s) from the restart window run")
-        if self.diagnosis:
-            parts.append(f"diagnosis: {self.diagnosis.splitlines()[0][:160]}")
-        return " · ".join(parts)
-
-    def to_text(self) -> str:
-        lines = [self.summary(), "Ran:"]
-        lines += [f"  {r.label:>6} {s:8.2f} s  {r.first_line[:60]}" for r, s in self.ran] or ["  (nothing)"]
-        if self.failed is not None:
-            lines += [f"Failed: {self.failed.label} {self.failed.first_line[:60]}", f"  {self.error}"]
-            if self.output.strip():
-                lines += ["  Its output (end):", *("    " + line for line in self.output.strip().splitlines()[-15:])]
-        if self.not_run:
-            lines.append("Not run: " + ", ".join(r.label for r in self.not_run))
-        if self.plan.excluded:
-            lines.append("Left out by the plan: " + ", ".join(s.record.label for s in self.plan.excluded))
-        if self.carried:
-            lines.append("Carried across the restart: " + ", ".join(self.carried))
-        lines.append("Names that exist now: " + (", ".join(self.names) if self.names else "(none)"))
-        if self.children_ended:
-            lines.append("Child processes ended before the restart: " + ", ".join(self.children_ended))
-        if self.diagnosis:
-            lines.append("Diagnosis (the failing cell under %%cudacheck):")
-            lines += ["  " + line for line in self.diagnosis.splitlines()]
-        return "\n".join(lines)
-
-
-def resume_after_restart(shell, guard) -> None:
+def resume_after_restart(shell, guard: CudaGuardState) -> None:
     """Called whenever the extension loads: if a handoff waits for this process, take it and rebuild."""
     binding = handoff.binding_for(shell)
     announced = os.environ.pop(handoff.ENV_PATH, None)
@@ -109,7 +44,7 @@ def resume_after_restart(shell, guard) -> None:
             guard.restart_failure = f"nb_cudaguard: the restart handoff {announced} is missing; nothing was replayed."
         return
     try:
-        payload = handoff.consume(binding, path)
+        document = handoff.consume(binding, path)
     except handoff.HandoffError as exc:
         guard.restart_failure = str(exc)
         from nb_cudaguard.carry.files import discard_all
@@ -121,24 +56,31 @@ def resume_after_restart(shell, guard) -> None:
         if kernel is not None and isinstance(exc.document, dict):
             from tornado.ioloop import IOLoop
 
-            kept = _KeptRequests(kernel, _frames(exc.document.get("payload", {})))
+            kept = _KeptRequests(kernel, [list(r) for r in pending_requests(exc.document.get("payload", {}))])
             IOLoop.current().add_callback(kept.refuse, "The restart handoff was refused (see the kernel log).")
         return
     finally:
         os.environ.pop(handoff.ENV_SECRET, None)
     try:
-        journal = Journal.from_json(payload["journal"], guard.journal_max_cells, guard.journal_max_bytes)
-        plan = ReplayPlan.from_dict(payload["plan"], journal)
-    except (JournalError, KeyError, TypeError, ValueError) as exc:  # signed by us, so a bug: say so, run nothing
+        content = Handoff.from_document(document)
+        journal = Journal.from_json(content.journal, guard.journal_max_cells, guard.journal_max_bytes)
+        plan = ReplayPlan.from_dict(content.plan, journal)
+    except (
+        HandoffContentError,
+        JournalError,
+        KeyError,
+        TypeError,
+        ValueError,
+    ) as exc:  # signed by us, so a bug: say so, run nothing
         guard.restart_failure = f"nb_cudaguard: the restart handoff could not be read ({exc}); nothing was replayed."
         _log(shell, guard.restart_failure)
         show_at_next_cell(shell, lambda: guard.restart_failure)
         return
     guard.journal = journal
-    guard.restarts = int(payload.get("restarts", 1))
-    if payload.get("execution_count"):
-        shell.execution_count = int(payload["execution_count"])
-    _Resume(shell, guard, payload, plan).start()
+    guard.restarts = content.restarts
+    if content.execution_count:
+        shell.execution_count = content.execution_count
+    _Resume(shell, guard, content, plan).start()
 
 
 def load_after_exit(shell, startup_file: str) -> None:
@@ -148,26 +90,6 @@ def load_after_exit(shell, startup_file: str) -> None:
         return
     os.unlink(startup_file)
     shell.run_line_magic("load_ext", "nb_cudaguard")
-
-
-def _seconds_since_bind(kernel) -> float:
-    """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
-    records each thread's start (in clock ticks since boot). 0 where that cannot be read."""
-    thread = getattr(getattr(kernel, "iopub_thread", None), "thread", None)
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/uptime") as uptime:
-            return max(0.0, float(uptime.read().split()[0]) - started)
-    except (AttributeError, OSError, ValueError, IndexError):
-        return 0.0
-
-
-def _frames(payload: dict) -> list[list[bytes]]:
-    try:
-        return [[base64.b64decode(frame) for frame in frames] for frames in payload.get("pending", [])]
-    except (TypeError, ValueError, AttributeError):
-        return []
 
 
 def _log(shell, text: str) -> None:
@@ -191,33 +113,34 @@ def show_at_next_cell(shell, message) -> None:
 
 
 class _Resume:
-    def __init__(self, shell, guard, payload: dict, plan: ReplayPlan) -> None:
+    def __init__(self, shell, guard: CudaGuardState, content: Handoff, plan: ReplayPlan) -> None:
         self.shell = shell
         self.guard = guard
-        self.payload = payload
+        self.content = content
         self.kernel = getattr(shell, "kernel", None)
-        self.options = payload.get("options", {})
+        self.options = content.options
         self.outcome = ReplayOutcome(
             plan,
-            how=payload.get("how", "exec"),
+            how=content.how,
             pid=os.getpid(),
             restarts=guard.restarts,
-            children_ended=list(payload.get("children_ended", [])),
+            children_ended=list(content.children_ended),
         )
         guard.last_replay = self.outcome
-        self.requests = _KeptRequests(self.kernel, _frames(payload)) if self.kernel is not None else None
-        self.carried = None  # CarriedValues until they are taken
+        frames = [list(request) for request in content.pending]
+        self.requests = _KeptRequests(self.kernel, frames) if self.kernel is not None else None
+        self.carried: CarriedValues | None = None  # until they are taken
 
     def start(self) -> None:
-        if self.options.get("carry"):
+        if self.options.carry is not None:
             from nb_cudaguard.carry.files import CarriedValues
 
-            self.carried = CarriedValues(self.options["carry"])  # starts reading at once
+            self.carried = CarriedValues(self.options.carry)  # starts reading at once
         show_at_next_cell(self.shell, self._next_cell_text)
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
 
-            clients_back(self.kernel)  # watch for the first welcome from now on
+            internals.clients_back(self.kernel)  # watch for the first welcome from now on
             IOLoop.current().add_callback(self._schedule)
         else:
             self.run_sync()
@@ -230,16 +153,10 @@ class _Resume:
 
     # --- drivers
     def _schedule(self) -> None:
-        """Run the replay ahead of every request. ipykernel 7 runs requests under its main lock, which the replay
-        takes first; ipykernel 6 runs them one at a time from its message queue, where the replay goes first (the
-        loop has just started, so nothing is queued yet)."""
-        if getattr(self.kernel, "_main_asyncio_lock", None) is None and hasattr(self.kernel, "schedule_dispatch"):
-            self.kernel.schedule_dispatch(self.run_async)
-        else:
-            self._task = asyncio.ensure_future(self.run_async())
+        self._task = internals.run_first(self.kernel, self.run_async)
 
     async def run_async(self) -> None:
-        lock = getattr(self.kernel, "_main_asyncio_lock", None)
+        lock = internals.main_lock(self.kernel)
         async with lock if lock is not None else contextlib.nullcontext():
             started = time.perf_counter()
             for index, record in enumerate(self._cells(), 1):
@@ -248,7 +165,7 @@ class _Resume:
                 if not self._record(record, result, output, seconds):
                     break
             self._finish_replay(started)
-            await wait_for_clients(self.kernel)  # what runs next must not publish into the void
+            await internals.wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
 
@@ -297,7 +214,7 @@ class _Resume:
         if failure is None:
             self.outcome.carried, self.outcome.carry_note = carried.names, carried.note
             return
-        self.outcome.plan = ReplayPlan.from_dict(carried.manifest["base_plan"], self.guard.journal)
+        self.outcome.plan = ReplayPlan.from_dict(carried.manifest.base_plan, self.guard.journal)
         position = self.guard.journal.by_seq(carried.first_skipped)
         self.outcome.carry_note = (
             f"carried values not used ({failure}); replaying the cells that built them, from "
@@ -333,7 +250,7 @@ class _Resume:
         self._progress_done()
 
     def _should_diagnose(self) -> bool:
-        return bool(self.options.get("diagnose")) and self.outcome.failed is None and self.outcome.plan.target
+        return self.options.diagnose and self.outcome.failed is None and self.outcome.plan.target
 
     def _diagnose(self) -> str:
         """Run the failing cell again under ``%%cudacheck``, which checks the inputs of assert-prone ops before
@@ -366,13 +283,8 @@ class _Resume:
             print(text, flush=True)
             return
         self.kernel.log.info(text)
-        display_id = self.payload.get("display_id")
-        if display_id is None:
-            return
-        content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": display_id}}
-        parent = {"header": self.payload.get("parent_header") or {}}
-        topic = self.kernel._topic("update_display_data") if hasattr(self.kernel, "_topic") else None
-        self.kernel.session.send(self.kernel.iopub_socket, "update_display_data", content, parent, ident=topic)
+        if self.content.display_id is not None:
+            internals.publish_update(self.kernel, self.content.display_id, text, self.content.parent_header or {})
 
 
 class _KeptRequests:
@@ -384,21 +296,15 @@ class _KeptRequests:
 
     async def run(self) -> int:
         """Run each request as if it had just arrived, in order, replying to its own client."""
-        if not self.frames:
-            return 0
-        import zmq
-
         for frames in self.frames:
-            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in frames])
+            await internals.dispatch_raw(self.kernel, frames)
         return len(self.frames)
 
     async def refuse(self, reason: str) -> None:
         """Answer each *signed* request without running it: an execute request gets a clear error instead."""
         if not self.frames:
             return
-        await wait_for_clients(self.kernel)
-        import zmq
-
+        await internals.wait_for_clients(self.kernel)
         session = self.kernel.session
         for frames in self.frames:
             try:
@@ -409,59 +315,7 @@ class _KeptRequests:
             if msg["header"].get("msg_type") == "execute_request":
                 text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
                 msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
-            signed = session.serialize(msg, ident=idents)
-            await self.kernel.dispatch_shell([zmq.Frame(frame) for frame in signed])
-
-
-async def wait_for_clients(kernel) -> None:
-    """Until a client is back on iopub, or ``_CLIENT_WAIT`` after the sockets were bound."""
-    bound_at = time.monotonic() - _seconds_since_bind(kernel)
-    while not clients_are_back(kernel) and time.monotonic() - bound_at < _CLIENT_WAIT:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
-
-
-def clients_are_back(kernel) -> bool:
-    """Has a client come back to iopub (so that what is published now reaches it)?"""
-    return clients_back(kernel).is_set() or _iopub_peer(kernel)
-
-
-def _iopub_peer(kernel) -> bool:
-    """A client's TCP connection to the iopub port: its subscription follows in the same handshake. The one sign on
-    ipykernel 6 (a PUB socket, no welcome message), and on ipykernel 7 the sign that the first welcome went out
-    before ``clients_back`` could watch for it (the extension loads after the kernel binds)."""
-    try:
-        import psutil
-        import zmq
-
-        endpoint = kernel.iopub_thread.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
-        port = int(endpoint.rsplit(":", 1)[1])
-        process = psutil.Process()
-        listing = getattr(process, "net_connections", None) or process.connections
-        return any(c.laddr and c.laddr.port == port and c.raddr for c in listing(kind="tcp"))
-    except Exception:
-        return False
-
-
-def clients_back(kernel) -> threading.Event:
-    """Set when a client subscribes to iopub again (ipykernel then sends its welcome message): replies and output
-    sent before that would be dropped. One wrapper per process, shared by every waiter."""
-    iopub = getattr(kernel, "iopub_thread", None)
-    welcome = getattr(iopub, "_send_welcome_message", None)
-    if welcome is None:
-        return threading.Event()
-    existing = getattr(welcome, "clients_back", None)
-    if existing is not None:
-        return existing
-    back = threading.Event()
-
-    def send_welcome(subscription, _inner=welcome):
-        back.set()
-        return _inner(subscription)
-
-    send_welcome.clients_back = back
-    iopub._send_welcome_message = send_welcome
-    return back
+            await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
 
 
 @contextlib.contextmanager

@@ -19,7 +19,6 @@ import time
 
 EXT_ARG = "--ext=nb_cudaguard"
 _GRACE_SECONDS = 2.0
-_DRAIN_SECONDS = 1.0
 
 
 def _holds_gpu(pid: int) -> bool:
@@ -60,50 +59,6 @@ def end_children(grace: float = _GRACE_SECONDS) -> list[str]:
             pass
     psutil.wait_procs(alive, timeout=grace)
     return described
-
-
-def restore_std_fds() -> None:
-    """Put the original files back on fds 1 and 2 (ipykernel points them at its capture pipes)."""
-    for number, name in ((1, "stdout"), (2, "stderr")):
-        stream = getattr(sys, name, None)
-        if getattr(stream, "_should_watch", False) and getattr(stream, "watch_fd_thread", None) is not None:
-            stream.flush()
-            _stop_pipe_watch(stream, getattr(stream, "_original_stdstream_fd", number))
-        elif getattr(stream, "_original_stdstream_copy", None) is not None:
-            os.dup2(stream._original_stdstream_copy, stream._original_stdstream_fd)
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-
-
-def _stop_pipe_watch(stream, fd: int) -> None:
-    """Stop ipykernel's pipe reader once it has read what is in the pipe, then give ``fd`` its file back.
-
-    ``OutStream.close`` cannot be used for this everywhere: in ipykernel 6 it joins a reader thread that sleeps in
-    ``read`` with nothing left to wake it (the process hangs), and it never restores the fd. The reader checks its
-    flag only after each read, so once the pipe is empty the flag is cleared and one byte wakes it; that byte is
-    not forwarded. What it had already read it still forwards before it exits.
-    """
-    deadline = time.monotonic() + _DRAIN_SECONDS
-    while _unread(stream._fid) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    stream._should_watch = False
-    try:
-        os.write(fd, b"\0")
-    except OSError:
-        pass
-    stream.watch_fd_thread.join(timeout=_DRAIN_SECONDS)
-    os.dup2(stream._original_stdstream_copy, fd)
-
-
-def _unread(fd: int) -> int:
-    """Bytes waiting in the pipe ``fd`` (0 where that cannot be asked)."""
-    import fcntl
-    import struct
-    import termios
-
-    try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-    except OSError:
-        return 0
 
 
 def mark_fds_cloexec() -> int:

@@ -1,0 +1,105 @@
+"""What the old process tells the new one across the exec: the typed content of the signed handoff file.
+
+``replay.handoff`` keeps the file safe (private directory, HMAC, read once); this module says what is in it. The old
+process writes it in one place (``Handoff.to_document``) and the new one reads it in one place
+(``Handoff.from_document``); ``version`` changes whenever a field changes meaning, and a handoff of another version
+is refused whole rather than half understood.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from nb_cudaguard.carry.manifest import CarryManifest, ManifestError
+
+VERSION = 1
+
+
+class HandoffContentError(ValueError):
+    """A signed handoff this nb_cudaguard cannot read (another version, a missing field): nothing in it runs."""
+
+
+@dataclass(frozen=True)
+class RestartOptions:
+    """How the user asked for the restart."""
+
+    replay: str  # "minimal" | "all" | "none"
+    diagnose: bool  # re-run the failing cell under %%cudacheck after the replay
+    method: str  # "exec" | "exit"
+    carry: CarryManifest | None = None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    plan: dict[str, Any]  # ReplayPlan.to_dict(): resolved against the journal in the new process
+    journal: str  # Journal.to_json()
+    options: RestartOptions
+    pid: int
+    execution_count: int
+    restarts: int  # how many restarts this session has had, this one included
+    requested_at: float
+    how: str  # "exec" | "exit": how the process was replaced
+    children_ended: tuple[str, ...] = ()
+    pending: tuple[tuple[bytes, ...], ...] = ()  # shell requests kept during the restart, raw and still signed
+    parent_header: dict[str, Any] | None = None  # the request that asked for the restart
+    display_id: str | None = None  # the display its progress updates
+    version: int = field(default=VERSION)
+
+    def to_document(self) -> dict[str, Any]:
+        options = self.options
+        return {
+            "version": self.version,
+            "plan": self.plan,
+            "journal": self.journal,
+            "options": {
+                "replay": options.replay,
+                "diagnose": options.diagnose,
+                "method": options.method,
+                "carry": options.carry.to_dict() if options.carry is not None else None,
+            },
+            "pid": self.pid,
+            "execution_count": self.execution_count,
+            "restarts": self.restarts,
+            "requested_at": self.requested_at,
+            "how": self.how,
+            "children_ended": list(self.children_ended),
+            "pending": [[base64.b64encode(frame).decode("ascii") for frame in frames] for frames in self.pending],
+            "parent_header": self.parent_header,
+            "display_id": self.display_id,
+        }
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any]) -> Handoff:
+        if data.get("version") != VERSION:
+            raise HandoffContentError(f"handoff version {data.get('version')!r}; this nb_cudaguard reads {VERSION}")
+        try:
+            raw = data["options"]
+            carry = CarryManifest.from_dict(raw["carry"]) if raw.get("carry") else None
+            options = RestartOptions(str(raw["replay"]), bool(raw["diagnose"]), str(raw["method"]), carry)
+            return cls(
+                plan=dict(data["plan"]),
+                journal=str(data["journal"]),
+                options=options,
+                pid=int(data["pid"]),
+                execution_count=int(data["execution_count"]),
+                restarts=int(data["restarts"]),
+                requested_at=float(data["requested_at"]),
+                how=str(data["how"]),
+                children_ended=tuple(str(c) for c in data.get("children_ended", ())),
+                pending=pending_requests(data),
+                parent_header=data.get("parent_header"),
+                display_id=data.get("display_id"),
+            )
+        except (KeyError, TypeError, ValueError, ManifestError) as exc:
+            raise HandoffContentError(f"the handoff lacks a valid {exc}") from exc
+
+
+def pending_requests(data: dict[str, Any]) -> tuple[tuple[bytes, ...], ...]:
+    """The kept requests of a handoff document, also of one that was refused (each is signed by its own client,
+    so they can still be answered with an error without trusting the rest). Empty where they cannot be decoded."""
+    try:
+        return tuple(tuple(base64.b64decode(frame) for frame in frames) for frames in data.get("pending", []))
+    except (TypeError, ValueError, AttributeError):
+        return ()

@@ -1,0 +1,76 @@
+"""What a restart's replay did: the cells it ran, the one that failed, the values it carried, the diagnosis.
+
+The new process fills it in as the replay goes; the next cell's summary, ``%cudaguard replay --report``, the panel's
+status line and ``nb-cudaguard run`` all read it from ``CudaGuard.last_replay``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nb_cudaguard.record.journal import CellRecord
+from nb_cudaguard.replay.plan import ReplayPlan
+
+
+@dataclass
+class ReplayOutcome:
+    plan: ReplayPlan
+    how: str
+    pid: int
+    restarts: int
+    ran: list[tuple[CellRecord, float]] = field(default_factory=list)
+    failed: CellRecord | None = None
+    error: str | None = None
+    output: str = ""
+    seconds: float = 0.0
+    served: int = 0
+    diagnosis: str | None = None
+    names: list[str] = field(default_factory=list)
+    done: bool = False
+    children_ended: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)
+    carry_note: str | None = None
+
+    @property
+    def not_run(self) -> list[CellRecord]:
+        ran = {record.seq for record, _ in self.ran}
+        failed = self.failed.seq if self.failed is not None else None
+        return [r for r in self.plan.records if r.seq not in ran and r.seq != failed]
+
+    def summary(self) -> str:
+        how = "exec, same PID" if self.how == "exec" else "exit and auto-restart by the kernel manager"
+        parts = [
+            f"nb_cudaguard: restarted ({how}, PID {self.pid})",
+            f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
+            f"{1 if self.failed is not None else 0} failure(s)",
+        ]
+        if self.carry_note:
+            parts.append(self.carry_note)
+        if self.failed is not None:
+            parts.append(f"stopped at {self.failed.label}: {self.error}")
+        if self.served:
+            parts.append(f"{self.served} request(s) from the restart window run")
+        if self.diagnosis:
+            parts.append(f"diagnosis: {self.diagnosis.splitlines()[0][:160]}")
+        return " · ".join(parts)
+
+    def to_text(self) -> str:
+        lines = [self.summary(), "Ran:"]
+        lines += [f"  {r.label:>6} {s:8.2f} s  {r.first_line[:60]}" for r, s in self.ran] or ["  (nothing)"]
+        if self.failed is not None:
+            lines += [f"Failed: {self.failed.label} {self.failed.first_line[:60]}", f"  {self.error}"]
+            if self.output.strip():
+                lines += ["  Its output (end):", *("    " + line for line in self.output.strip().splitlines()[-15:])]
+        if self.not_run:
+            lines.append("Not run: " + ", ".join(r.label for r in self.not_run))
+        if self.plan.excluded:
+            lines.append("Left out by the plan: " + ", ".join(s.record.label for s in self.plan.excluded))
+        if self.carried:
+            lines.append("Carried across the restart: " + ", ".join(self.carried))
+        lines.append("Names that exist now: " + (", ".join(self.names) if self.names else "(none)"))
+        if self.children_ended:
+            lines.append("Child processes ended before the restart: " + ", ".join(self.children_ended))
+        if self.diagnosis:
+            lines.append("Diagnosis (the failing cell under %%cudacheck):")
+            lines += ["  " + line for line in self.diagnosis.splitlines()]
+        return "\n".join(lines)

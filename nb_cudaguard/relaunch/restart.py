@@ -1,0 +1,126 @@
+"""``nb_cudaguard.restart()``: restart the kernel in place (same PID, connection file and ports) and rebuild the
+session in the new process.
+
+A device-side assert poisons the CUDA context until the process ends, so recovery needs a new process. Asking the
+frontend for a restart needs frontend code (and each frontend differs); killing the process shows a crash dialog.
+An ``exec`` of the kernel's own command line keeps the PID, which is all a kernel manager watches, so no frontend
+notices anything but a short pause. In order:
+
+1. the request that asked for the restart is answered first: the exec is scheduled on the kernel's event loop and
+   waits until the reply and the ``idle`` status of that request have gone out;
+2. shell requests that arrive meanwhile are not run: they are kept, with their signatures, and so are those still
+   waiting in the shell socket when it stops being read; they go into the handoff and the new process runs them
+   after the replay, in their original order, replying to their original client;
+3. children end, the handoff (plan, journal, options, requests) is written, the channels are flushed and closed,
+   fds 1/2 are restored, every other fd becomes close-on-exec, and the process execs itself with
+   ``--ext=nb_cudaguard``;
+4. if the exec fails, the process exits instead: a kernel manager with auto-restart (jupyter_server) brings the
+   kernel back, a one-shot startup file loads nb_cudaguard there, and the replay happens as after an exec.
+
+Terminal IPython has no requests to keep: the exec happens at once, from inside the cell.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from nb_cudaguard.errors import NbCudaguardError
+from nb_cudaguard.relaunch import reexec
+from nb_cudaguard.relaunch.handoff_content import RestartOptions
+from nb_cudaguard.relaunch.kernel_restart import KernelRestart
+from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell
+from nb_cudaguard.relaunch.session_state import CudaGuardState
+from nb_cudaguard.replay import handoff
+from nb_cudaguard.replay.plan import MODES, ReplayPlan, build_plan
+
+
+class RestartError(NbCudaguardError, RuntimeError):
+    """The restart could not start; the session is unchanged."""
+
+
+def restart(
+    guard: CudaGuardState,
+    replay: str = "minimal",
+    diagnose: bool = False,
+    cells: Iterable[int] | None = None,
+    add: Iterable[int] = (),
+    drop: Iterable[int] = (),
+    *,
+    method: str = "exec",
+    carry: bool | None = None,
+    carry_names: Iterable[str] = (),
+    no_carry: Iterable[str] = (),
+    replay_cells: Iterable[int] = (),
+) -> ReplayPlan:
+    """Restart this kernel in place and replay the recorded cells the failing cell needs.
+
+    ``replay``: "minimal" (cells that rebuild what the failing cell reads), "all" (every successful cell) or
+    "none". ``cells``/``add``/``drop``: execution counts that replace or edit that plan. ``diagnose``: after the
+    replay, run the failing cell again under ``%%cudacheck``. ``method="exit"`` skips the exec and lets the kernel
+    manager's auto-restart bring the kernel back (for platforms without exec). Returns the plan; the restart itself
+    happens just after the calling cell has finished.
+
+    ``carry`` (default ``CudaGuard.carry``): values that live on the CPU are pickled now and restored in the new
+    process, and the cells that built them are skipped where that is faster (see ``carry.plan``).
+    ``carry_names``/``no_carry``: names to carry or not whatever the plan prefers; ``replay_cells``: execution
+    counts of cells to replay even though their values could be carried.
+    """
+    shell = guard.shell
+    if replay not in MODES:
+        raise RestartError(f"replay must be one of {', '.join(MODES)}, not {replay!r}")
+    if method not in ("exec", "exit"):
+        raise RestartError(f"method must be 'exec' or 'exit', not {method!r}")
+    if guard.restarting:
+        raise RestartError("nb_cudaguard: a restart is already under way.")
+    plan = build_plan(guard.journal, replay, add=add, drop=drop, cells=list(cells) if cells is not None else None)
+    manifest = None
+    if (guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
+        from nb_cudaguard.carry.files import prepare
+
+        plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
+        if manifest is not None:
+            print(carry_plan.to_text(), flush=True)
+    options = RestartOptions(replay=replay, diagnose=bool(diagnose), method=method, carry=manifest)
+    if getattr(getattr(shell, "kernel", None), "session", None) is not None:
+        KernelRestart(guard, plan, options).arm()
+    elif type(shell).__name__ == "TerminalInteractiveShell":
+        _restart_terminal(guard, plan, options)
+    else:
+        kind = type(shell).__name__
+        raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
+    return plan
+
+
+def _restart_terminal(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions) -> None:
+    shell = guard.shell
+    mark_restart_cell(guard.current_cell)
+    binding = handoff.binding_for(shell, create_secret=True)
+    children = reexec.end_children()
+    content = handoff_for(
+        guard, plan, options, how="exec", children_ended=tuple(children), execution_count=_next_count(shell)
+    )
+    path = handoff.write(binding, content.to_document())
+    print(announce(plan, "IPython"), flush=True)
+    try:
+        shell.history_manager.end_session()
+    except Exception:
+        pass
+    guard.unregister()
+    os.environ[handoff.ENV_PATH] = str(path)
+    reexec.mark_fds_cloexec()
+    try:
+        reexec.exec_self(reexec.exec_argv())
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        os.environ.pop(handoff.ENV_PATH, None)
+        guard.register()
+        raise RestartError(f"nb_cudaguard: the exec failed ({exc}); this IPython keeps running unchanged.") from exc
+
+
+def _next_count(shell) -> int:
+    """The number of the cell after this one, from inside this one: IPython 9 moves its counter before a cell
+    runs, earlier versions after it, but every version stores the running cell in the history under its number
+    first."""
+    stored = len(getattr(shell.history_manager, "input_hist_raw", ()))  # entry 0 is a placeholder
+    return max(shell.execution_count, stored)

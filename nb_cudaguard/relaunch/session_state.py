@@ -1,0 +1,33 @@
+"""What a restart needs from the extension's session object (``CudaGuard``), as a protocol.
+
+The restart sits below the shell-facing wiring in the import order, so it cannot import ``CudaGuard``; the session
+passes itself in, and this protocol says which of its declared attributes the restart reads and writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.relaunch.outcome import ReplayOutcome
+
+
+class CudaGuardState(Protocol):
+    shell: Any
+    journal: Journal
+    carry: bool
+    carry_max_bytes: int
+    carry_max_seconds: float
+    journal_max_cells: int
+    journal_max_bytes: int
+    restarting: bool
+    restarts: int
+    restart_failure: str | None
+    last_replay: ReplayOutcome | None
+
+    @property
+    def current_cell(self) -> CellRecord | None: ...
+
+    def register(self) -> None: ...
+
+    def unregister(self) -> None: ...
