@@ -3,58 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would exit the kernel
-        raise UsageError(f"%cudaguard: {message}\n{self.format_usage()}")
-
-    def exit(self, status=0, message=None):
-        if message:
-            raise UsageError(message)
-        raise UsageError(self.format_help())
-
-
-def _build_parser() -> _Parser:
-    parser = _Parser(prog="%cudaguard", description="nb_cudaguard: explain and recover from CUDA failures.")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("status", help="what is recorded and captured, and the last incident")
-    report = sub.add_parser("report", help="show the last failure's report again")
-    fmt = report.add_mutually_exclusive_group()
-    fmt.add_argument("--markdown", action="store_true", help="Markdown, for pasting into an issue")
-    fmt.add_argument("--json", action="store_true", help="JSON, for tools")
-    sub.add_parser("demo", help="watch a simulated device-side assert in a separate, throw-away kernel")
-    simulate = sub.add_parser("simulate", help="fault injection: simulate a GPU on this CPU-only kernel")
-    simulate.add_argument("state", choices=["on", "off"])
-    check = sub.add_parser("check", help="check assert-prone torch ops before they launch, in every cell")
-    check.add_argument("state", nargs="?", choices=["on", "off"])
-    check.add_argument("--sync", action="store_true", help="also synchronise after every op")
-    _add_restart_commands(sub)
-    return parser
-
-
-def _add_restart_commands(sub) -> None:
-    def cell_edits(command) -> None:
-        command.add_argument("--add", type=int, nargs="+", default=[], metavar="N", help="also replay cells [N]")
-        command.add_argument("--drop", type=int, nargs="+", default=[], metavar="N", help="do not replay cells [N]")
-        command.add_argument("--cells", type=int, nargs="+", metavar="N", help="replay exactly these cells")
-        command.add_argument("--carry", nargs="+", default=[], metavar="NAME", help="carry these values if possible")
-        command.add_argument("--no-carry", nargs="*", metavar="NAME", help="do not carry these (none: carry nothing)")
-        command.add_argument("--replay-cell", type=int, nargs="+", default=[], metavar="N", help="never skip [N]")
-
-    restart = sub.add_parser("restart", help="restart the kernel in place and replay what the failing cell needs")
-    restart.add_argument("--replay", choices=["minimal", "all", "none"], default="minimal")
-    restart.add_argument("--diagnose", action="store_true", help="re-run the failing cell under %%%%cudacheck after")
-    cell_edits(restart)
-    replay = sub.add_parser("replay", help="show the replay plan (--dry-run) or the last replay's report")
-    replay.add_argument("--dry-run", action="store_true", help="print the plan without running anything")
-    replay.add_argument("--all", action="store_true", help="every successful cell instead of the minimal plan")
-    replay.add_argument("--report", action="store_true", help="the report of the replay after the last restart")
-    cell_edits(replay)
+# Which options each subcommand takes: one flat parser (so that ``%cudaguard?`` lists every option, as IPython's own
+# magics do) and this table, which refuses an option given to a subcommand that has no use for it.
+_CELL_EDITS = {"add", "drop", "cells", "carry", "no_carry", "replay_cell"}
+_OPTIONS = {
+    "status": set(),
+    "report": {"markdown", "json"},
+    "demo": set(),
+    "simulate": {"state"},
+    "check": {"state", "sync"},
+    "restart": {"replay", "diagnose"} | _CELL_EDITS,
+    "replay": {"dry_run", "all", "report"} | _CELL_EDITS,
+}
+_DEFAULTS = {"replay": "minimal"}
 
 
 @magics_class
@@ -62,12 +28,44 @@ class CudaGuardMagics(Magics):
     def __init__(self, shell, guard) -> None:
         super().__init__(shell)
         self.guard = guard
-        self.parser = _build_parser()
 
+    @magic_arguments()
+    @argument(
+        "command",
+        nargs="?",
+        default="status",
+        choices=list(_OPTIONS),
+        help="status: what is recorded and captured, and the last incident; report: the last failure's report again; "
+        "demo: a simulated device-side assert in a throw-away kernel; simulate on|off: a simulated GPU on this CPU "
+        "(fault injection); check [on|off]: check assert-prone torch ops before they launch, in every cell; "
+        "restart: restart the kernel in place and replay what the failing cell needs; replay: the replay plan "
+        "(--dry-run) or the last replay's report (--report).",
+    )
+    @argument("state", nargs="?", choices=["on", "off"], help="for simulate and check")
+    @argument("--markdown", action="store_true", help="report: Markdown, for pasting into an issue")
+    @argument("--json", action="store_true", help="report: JSON, for tools")
+    @argument("--sync", action="store_true", help="check: also synchronise after every op")
+    @argument("--replay", choices=["minimal", "all", "none"], help="restart: which cells to replay (minimal)")
+    @argument("--diagnose", action="store_true", help="restart: re-run the failing cell under %%%%cudacheck after")
+    @argument("--dry-run", action="store_true", help="replay: print the plan without running anything")
+    @argument("--all", action="store_true", help="replay: every successful cell instead of the minimal plan")
+    @argument("--report", action="store_true", help="replay: the report of the replay after the last restart")
+    @argument("--add", type=int, nargs="+", default=[], metavar="N", help="restart, replay: also replay cells [N]")
+    @argument("--drop", type=int, nargs="+", default=[], metavar="N", help="restart, replay: do not replay [N]")
+    @argument("--cells", type=int, nargs="+", metavar="N", help="restart, replay: replay exactly these cells")
+    @argument("--carry", nargs="+", default=[], metavar="NAME", help="restart, replay: carry these values if possible")
+    @argument(
+        "--no-carry", nargs="*", metavar="NAME", help="restart, replay: do not carry these (none given: carry nothing)"
+    )
+    @argument("--replay-cell", type=int, nargs="+", default=[], metavar="N", help="restart, replay: never skip [N]")
     @line_magic
     def cudaguard(self, line: str = ""):
-        """Explain and recover from CUDA failures. ``%cudaguard --help`` lists the subcommands."""
-        args = self.parser.parse_args(shlex.split(line) or ["status"])
+        """Explain and recover from CUDA failures."""
+        args = parse_argstring(self.cudaguard, line)
+        _refuse_foreign_options(args)
+        for name, value in _DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
         return getattr(self, f"_cmd_{args.command}")(args)
 
     def _cmd_status(self, args) -> None:
@@ -101,6 +99,8 @@ class CudaGuardMagics(Magics):
     def _cmd_simulate(self, args) -> None:
         from nb_cudaguard import testing
 
+        if args.state is None:
+            raise UsageError("%cudaguard simulate: say on or off")
         if args.state == "on":
             testing.enable()
             print("nb_cudaguard: simulated GPU on. Bad inputs to assert-prone ops now poison it, as on a real GPU.")
@@ -143,3 +143,17 @@ def _carry_options(args) -> dict:
         "no_carry": args.no_carry or [],
         "replay_cells": args.replay_cell,
     }
+
+
+def _refuse_foreign_options(args: argparse.Namespace) -> None:
+    """An option the subcommand has no use for is a mistake (a typo, a misplaced flag): say so, do nothing."""
+    defaults = {"state": None, "no_carry": None, "cells": None, "replay": None}
+    given = sorted(
+        name
+        for name, value in vars(args).items()
+        if name != "command" and value not in (False, [], defaults.get(name, False)) and value is not None
+    )
+    foreign = [name for name in given if name not in _OPTIONS[args.command]]
+    if foreign:
+        shown = ", ".join(("--" + n.replace("_", "-")) if n != "state" else "on/off" for n in foreign)
+        raise UsageError(f"%cudaguard {args.command} does not take {shown} (%cudaguard? lists every option)")
