@@ -10,6 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from IPython.core.error import UsageError
 from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
@@ -120,6 +121,8 @@ class CudaGuard(Configurable):
             record.status = "ok"
         elif isinstance(error, KeyboardInterrupt):
             record.status = "interrupted"
+        elif isinstance(error, UsageError):  # a mistyped magic: it changed nothing, so it is no incident either
+            record.status = "usage"
         else:
             record.status = "error"
             record.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -141,6 +144,7 @@ class CudaGuard(Configurable):
             cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
             namespace=self.shell.user_ns,
         )
+        record.cuda = incident.is_cuda
         from nb_cudaguard.diagnosis import diagnose  # the diagnosis and report are needed only after a failure
         from nb_cudaguard.panel.report import Report
 

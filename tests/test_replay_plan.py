@@ -136,6 +136,22 @@ def test_failing_cell_is_the_last_failure_when_it_is_not_a_sticky_cuda_error():
     assert failing_cell(journal).execution_count == 3
 
 
+def test_a_typo_after_a_cuda_failure_does_not_become_the_failing_cell():
+    journal = journal_of(*NOTEBOOK, ("prnt(loss)", 0.0, "NameError: name 'prnt' is not defined"))
+    journal.by_seq(12).cuda = journal.by_seq(13).cuda = True
+    assert failing_cell(journal).execution_count == 12
+    assert 1 in labels(build_plan(journal))  # the rebuild still brings back what cell 12 reads
+
+
+def test_after_a_restart_a_later_failure_is_the_failing_cell_again():
+    journal = journal_of(
+        ("x = torch.ones(1)", 0.0, CUDA_ERROR), ("%cudaguard restart", 0.0), ("y", 0.0, "NameError: y")
+    )
+    journal.by_seq(1).cuda = True
+    journal.by_seq(2).status = "restart"
+    assert failing_cell(journal).execution_count == 3
+
+
 def test_no_failing_cell_means_the_minimal_plan_is_every_successful_cell():
     plan = build_plan(journal_of(("a = 1", 0.0), ("b = a", 0.0)))
     assert plan.target is None and labels(plan) == [1, 2]

@@ -337,3 +337,14 @@ def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and
     failure = value(kernel, "nb_cudaguard.get_guard().restart_failure")
     assert "the restart did not start (HandoffError" in failure and "not a private directory" in failure
     assert value(kernel, "__import__('os').getpid()") == kernel.pid
+
+
+def test_a_typo_and_a_mistyped_option_after_the_crash_do_not_lose_the_replay(kernel):
+    run_ok(kernel, "%cudaguard simulate on")
+    run_ok(kernel, "import torch\nimport torch.nn.functional as F\nlabels = torch.tensor([0, 5])")
+    assert kernel.run("F.cross_entropy(torch.zeros(2, 3), labels)").status == "error"  # poisons
+    assert kernel.run("prnt(labels)").status == "error"  # the typo users make next
+    assert kernel.run("%cudaguard restart --replay minmal").status == "error"  # a usage error: changes nothing
+    restarted = run_ok(kernel, "%cudaguard restart --replay minimal --no-carry")
+    assert "with no replay" not in restarted.stdout
+    assert value(kernel, "labels.tolist()") == [0, 5]  # rebuilt for the CUDA failure, not for the typo

@@ -28,12 +28,13 @@ class CellRecord:
     seq: int
     execution_count: int | None
     source: str
-    status: str = "running"  # ok | error | interrupted | running
+    status: str = "running"  # ok | error | usage | interrupted | running | restart
     started: float = field(default_factory=time.time)
     duration: float = 0.0
     error: str | None = None
     cell_id: str | None = None
     transformed: str | None = None
+    cuda: bool = False  # it failed with a CUDA error: the failure a restart rebuilds for (replay.plan.failing_cell)
     _names: CellNames | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -68,6 +69,7 @@ class CellRecord:
             "duration": round(self.duration, 6),
             "error": self.error,
             "cell_id": self.cell_id,
+            "cuda": self.cuda,
         }
         if with_names:
             data["names"] = self.names.to_dict()
@@ -85,6 +87,7 @@ class CellRecord:
             duration=float(data.get("duration", 0.0)),
             error=data.get("error"),
             cell_id=data.get("cell_id"),
+            cuda=bool(data.get("cuda", False)),
         )
 
 

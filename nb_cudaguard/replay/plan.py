@@ -146,7 +146,8 @@ def _exclusion(record: CellRecord, target: CellRecord | None) -> str | None:
     if record.status == "restart":
         return "asked for a restart"
     if record.status != "ok":
-        return {"error": "failed", "interrupted": "was interrupted"}.get(record.status, "did not finish")
+        reasons = {"error": "failed", "usage": "a usage error", "interrupted": "was interrupted"}
+        return reasons.get(record.status, "did not finish")
     if record.skip_marked:
         return "marked '# cudaguard: skip'"
     if _is_own_command(record):
@@ -155,15 +156,21 @@ def _exclusion(record: CellRecord, target: CellRecord | None) -> str | None:
 
 
 def failing_cell(journal: Journal) -> CellRecord | None:
-    """The cell the user wants to run again after the restart: the most recent failure, except that a sticky
-    CUDA error makes every later CUDA cell fail with the same message, so for those the first of that run
-    (since the last restart) is the cell that caused it."""
+    """The cell the user wants to run again after the restart.
+
+    The last CUDA failure, whatever failed after it (a typo, a failing import: those the restart does not fix) unless
+    a restart came since; without one, the most recent failure. A sticky CUDA error makes every later CUDA cell fail
+    with the same message, so of such a run (since the last restart) the first cell is the one that caused it.
+    """
     records = list(journal)
     failed = [c for c in records if c.status == "error"]
     if not failed:
         return None
     last = failed[-1]
-    if not last.error or "CUDA error" not in last.error:
+    cuda = [c for c in failed if c.cuda]
+    if cuda and not any(c.status == "restart" and cuda[-1].seq < c.seq < last.seq for c in records):
+        last = cuda[-1]
+    if not last.cuda and (not last.error or "CUDA error" not in last.error):
         return last
     since = max((c.seq for c in records if c.status == "restart" and c.seq < last.seq), default=0)
     return next(c for c in failed if c.seq > since and c.error == last.error)
