@@ -202,7 +202,7 @@ def test_panel_restart_and_replay_in_jupyterlab(lab):
 
             panel = _cell(page, failing).locator(".nb-cudaguard-panel")
             expect(panel).to_be_visible(timeout=30_000)
-            expect(panel).to_contain_text("context is poisoned")
+            expect(panel).to_contain_text("context POISONED")
             expect(panel).to_contain_text("num_classes_mismatch")
             expect(panel).to_contain_text("195")
             expect(panel.locator(".widget-checkbox")).not_to_have_count(0)

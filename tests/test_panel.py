@@ -5,6 +5,8 @@ the replay in the same panel."""
 from __future__ import annotations
 
 import ast
+import html
+import json
 import os
 import queue
 import time
@@ -14,6 +16,8 @@ from IPython.utils.capture import capture_output
 
 from nb_cudaguard import get_guard
 from nb_cudaguard.cli.kernelsession import KernelSession
+from nb_cudaguard.panel.follower import reattach_after_restart
+from nb_cudaguard.panel.handover import ENV, ButtonState, HandoverError, PanelHandover
 from nb_cudaguard.panel.widget import Panel, gather
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +114,42 @@ def test_out_of_memory_gets_the_small_panel_with_holders_and_a_release(shell):
     panel.buttons["release"].click()
     assert guard.incidents[-1].frames[-1].locals == {} and guard.incidents[-1].exception is None
     assert "Dropped the failed cell's traceback" in panel.status.value
+
+
+def test_every_format_words_the_verdict_the_next_steps_and_the_fix_the_same(shell):
+    bundle = _fail(shell)[0]
+    content = gather(get_guard(shell).last_report).content()
+    verdict = content.verdict
+    assert verdict.kind == "poisoned" and verdict.next_steps
+    for text in (bundle["text/plain"], bundle["text/markdown"], html.unescape(bundle["text/html"])):
+        assert verdict.headline in text and verdict.detail in text
+        assert all(step in text for step in verdict.next_steps)
+        assert content.causes[0].fix in text and content.user_line in text
+
+
+def test_the_panel_hand_over_crosses_the_environment_once():
+    handover = PanelHandover("s1", "o1", "c1", {"copy": ButtonState("b1", "Copy report", "", "clipboard")}, "# r")
+    handover.to_env()
+    assert PanelHandover.from_env() == handover
+    assert ENV not in os.environ and PanelHandover.from_env() is None  # read once
+
+
+def test_a_hand_over_of_another_version_or_malformed_is_refused_with_a_message(shell, monkeypatch):
+    refused = {
+        json.dumps({"version": 99, "status": "s1"}): "panel hand-over version 99; this nb_cudaguard reads 1",
+        "{not json": "not JSON",
+        json.dumps({"version": 1, "status": "s1"}): "lacks a valid 'buttons'",
+    }
+    for raw, said in refused.items():
+        monkeypatch.setenv(ENV, raw)
+        with pytest.raises(HandoverError, match=said):
+            PanelHandover.from_env()
+    monkeypatch.setenv(ENV, json.dumps({"version": 99}))
+    reattach_after_restart(shell, get_guard(shell))  # no traceback: said at the next cell
+    assert ENV not in os.environ
+    with capture_output() as captured:
+        assert shell.run_cell("1").success
+    assert "the panel cannot follow the replay: panel hand-over version 99" in captured.stdout
 
 
 # --- a real kernel, clicked through its comm channel as a browser does

@@ -1,10 +1,10 @@
 """The panel across its own restart: the process that drew it is gone, but the browser still shows it.
 
 An in-place restart keeps the kernel's connection (same ports, same PID), so the frontend keeps the panel's widget
-models and their comm ids. Before the exec, the panel writes those ids into an environment variable (an exec
-keeps the environment); the new process reopens comms with the same ids, without announcing them, which makes the
-old panel live again: its status line shows the replay's progress and result, and "Copy report" works again.
-The restart buttons stay disabled: the context they were for is gone.
+models and their comm ids. Before the exec, the panel leaves those ids in its hand-over (``panel.handover``); the
+new process reopens comms with the same ids, without announcing them, which makes the old panel live again: its
+status line shows the replay's progress and result, and "Copy report" works again. The restart buttons stay
+disabled: the context they were for is gone.
 
 Messages published before a frontend has reconnected are dropped, so nothing is sent until a client has
 subscribed to iopub again (ipykernel 7 says so with its welcome message; on ipykernel 6 a TCP connection to the
@@ -13,51 +13,43 @@ iopub port is the sign) or a second has passed.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
+from typing import Any
 
-from nb_cudaguard.restart.resume import clients_are_back
+from nb_cudaguard.panel.controls import copy_report, status_html
+from nb_cudaguard.panel.handover import HandoverError, PanelHandover
+from nb_cudaguard.relaunch.kernel_internals import clients_are_back
+from nb_cudaguard.relaunch.resume import show_at_next_cell
+from nb_cudaguard.relaunch.session_state import CudaGuardState
 
-ENV = "NB_CUDAGUARD_PANEL"
-MARKDOWN_LIMIT = 64 * 1024  # one environment string may hold 128 KiB on Linux
 CLIENT_WAIT = 1.0
 POLL = 0.1
 
 
-def hand_over(panel) -> None:
-    """Called just before the restart: what the new process needs to find the panel again."""
-    state = {
-        "status": panel.status.model_id,
-        "output": panel.output.model_id,
-        "copy_area": panel.copy_area.model_id,
-        "buttons": {
-            key: {"id": b.model_id, "description": b.description, "button_style": b.button_style, "icon": b.icon}
-            for key, b in panel.buttons.items()
-        },
-        "markdown": panel.markdown[:MARKDOWN_LIMIT],
-    }
-    os.environ[ENV] = json.dumps(state)
-
-
-def take_back() -> None:
-    """The restart did not start: nothing will look for the panel."""
-    os.environ.pop(ENV, None)
-
-
-def reattach_after_restart(shell, guard) -> None:
+def reattach_after_restart(shell, guard: CudaGuardState) -> None:
     """Called when the extension loads: if a panel asked for this restart, follow the replay in it."""
-    raw = os.environ.pop(ENV, None)
-    outcome = getattr(guard, "last_replay", None)
-    if not raw or outcome is None or getattr(shell, "kernel", None) is None:
-        return
     try:
-        state = json.loads(raw)
-    except ValueError:
+        handover = PanelHandover.from_env()
+    except HandoverError as exc:
+        _refused(
+            shell,
+            f"nb_cudaguard: the panel cannot follow the replay: {exc}. %cudaguard replay --report shows what ran.",
+        )
         return
-    follower = _Follower(state, outcome, shell.kernel)
+    outcome = guard.last_replay
+    if handover is None or outcome is None or getattr(shell, "kernel", None) is None:
+        return
+    follower = _Follower(handover, outcome, shell.kernel)
     threading.Thread(target=follower.run, name="nb_cudaguard-panel", daemon=True).start()
+
+
+def _refused(shell, message: str) -> None:
+    """In the kernel's log, and at the start of the user's next cell: the old panel itself cannot be reached."""
+    log = getattr(getattr(shell, "kernel", None), "log", None)
+    if log is not None:
+        log.warning(message)
+    show_at_next_cell(shell, lambda: message)
 
 
 def _secondary_comm(comm_id: str, kernel):
@@ -71,18 +63,18 @@ def _secondary_comm(comm_id: str, kernel):
     except ImportError:  # ipykernel 6 without the comm package
         from ipykernel.comm import Comm
 
-        channel = Comm(comm_id=comm_id, primary=False, target_name="jupyter.widget", kernel=kernel)
-        kernel.comm_manager.register_comm(channel)
-        return channel
+        old_channel = Comm(comm_id=comm_id, primary=False, target_name="jupyter.widget", kernel=kernel)
+        kernel.comm_manager.register_comm(old_channel)
+        return old_channel
     channel = comm_package.create_comm(comm_id=comm_id, primary=False, target_name="jupyter.widget")
-    channel.kernel = kernel
+    channel.kernel = kernel  # type: ignore[attr-defined]  # ipykernel's comm class has it; the base declares none
     comm_package.get_comm_manager().register_comm(channel)
     return channel
 
 
 class _Follower:
-    def __init__(self, state: dict, outcome, kernel) -> None:
-        self.state = state
+    def __init__(self, handover: PanelHandover, outcome, kernel) -> None:
+        self.handover = handover
         self.outcome = outcome
         self.kernel = kernel
 
@@ -95,8 +87,6 @@ class _Follower:
             )
 
     def _follow(self) -> None:
-        from nb_cudaguard.panel.widget import copy_report, status_html
-
         deadline = time.monotonic() + CLIENT_WAIT
         while not clients_are_back(self.kernel) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -116,24 +106,25 @@ class _Follower:
             time.sleep(POLL)
         copy = widgets.get("copy")
         if copy is not None:
-            markdown = self.state.get("markdown", "")
+            markdown = self.handover.markdown
             copy.on_click(lambda _: copy_report(markdown, widgets["copy_area"], widgets["output"]))
             copy.disabled = False
 
-    def _attach(self) -> dict:
+    def _attach(self) -> dict[str, Any]:
         import ipywidgets as w
 
+        handover = self.handover
         found = {
-            "status": w.HTML(comm=_secondary_comm(self.state["status"], self.kernel)),
-            "output": w.Output(comm=_secondary_comm(self.state["output"], self.kernel)),
-            "copy_area": w.Textarea(comm=_secondary_comm(self.state["copy_area"], self.kernel)),
+            "status": w.HTML(comm=_secondary_comm(handover.status, self.kernel)),
+            "output": w.Output(comm=_secondary_comm(handover.output, self.kernel)),
+            "copy_area": w.Textarea(comm=_secondary_comm(handover.copy_area, self.kernel)),
         }
-        for key, spec in self.state.get("buttons", {}).items():
+        for key, button in handover.buttons.items():
             found[key] = w.Button(
-                comm=_secondary_comm(spec["id"], self.kernel),
-                description=spec["description"],
-                button_style=spec["button_style"],
-                icon=spec["icon"],
+                comm=_secondary_comm(button.model_id, self.kernel),
+                description=button.description,
+                button_style=button.button_style,
+                icon=button.icon,
                 disabled=True,
             )
         return found

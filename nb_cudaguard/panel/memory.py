@@ -139,9 +139,8 @@ def _from_message(text: str) -> dict[str, str]:
 
 
 def _storage_key(tensor) -> tuple:
-    storage = getattr(tensor, "untyped_storage", None) or getattr(tensor, "storage", None)
     try:
-        store = storage()
+        store = (getattr(tensor, "untyped_storage", None) or tensor.storage)()
         return (str(tensor.device), store.data_ptr(), int(store.nbytes()))
     except Exception:  # meta tensors, tensor subclasses without storage
         return (str(tensor.device), id(tensor), int(tensor.numel() * tensor.element_size()))
@@ -211,12 +210,13 @@ def _holders(namespace: dict, limit: int) -> list[Holder]:
     return found[:limit]
 
 
-def release(shell=None) -> int | None:
+def release(shell=None, incidents: list[Incident] | None = None) -> int | None:
     """Drop what keeps the failed cell's locals alive (its traceback, in IPython and in nb_cudaguard's incidents),
-    collect garbage and hand PyTorch's cached blocks back. Returns the bytes still allocated, when CUDA is up."""
-    import gc
+    collect garbage and hand PyTorch's cached blocks back. Returns the bytes still allocated, when CUDA is up.
 
-    from nb_cudaguard import get_guard
+    The panel passes its session's shell and incidents; the user's own ``release()`` (the step the text report
+    gives) passes neither, and they are found on the running shell."""
+    import gc
 
     if shell is None:
         from IPython import get_ipython
@@ -227,17 +227,29 @@ def release(shell=None) -> int | None:
             setattr(sys, name, None)
     if shell is not None:
         shell.last_execution_result = None
-        guard = get_guard(shell)
-        for incident in getattr(guard, "incidents", []):
-            incident.exception = None
-            for frame in incident.frames:
-                frame.locals = {}
+    if incidents is None:
+        incidents = _session_incidents(shell) if shell is not None else []
+    for incident in incidents:
+        incident.exception = None
+        for frame in incident.frames:
+            frame.locals = {}
     gc.collect()
     facts = MemoryFacts()
     _cuda_counters(facts)
     if facts.allocated is not None:
         sys.modules["torch"].cuda.empty_cache()
     return facts.allocated
+
+
+def _session_incidents(shell) -> list[Incident]:
+    """The loaded extension's incidents, found where IPython lists the shell's configurables (the session object
+    registers itself there for ``%config``): this module ranks below the package that defines it, so it cannot
+    import it to ask."""
+    for configurable in getattr(shell, "configurables", ()):
+        incidents = getattr(configurable, "incidents", None)
+        if isinstance(incidents, list) and all(isinstance(i, Incident) for i in incidents):
+            return incidents
+    return []
 
 
 def memory_facts(incident: Incident, limit: int = SHOWN) -> MemoryFacts:

@@ -11,15 +11,44 @@ Output widget: JupyterLab shows callback output nowhere else.
 
 from __future__ import annotations
 
-import json
 import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from nb_cudaguard.panel import render
-from nb_cudaguard.panel.memory import is_out_of_memory, memory_facts, release
-from nb_cudaguard.panel.render import PanelFacts
-from nb_cudaguard.panel.report import Report
+from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.panel.content import ReportContent, build, verdict_of
+from nb_cudaguard.panel.controls import copy_report, status_html
+from nb_cudaguard.panel.handover import ButtonState, PanelHandover, withdraw
+from nb_cudaguard.panel.memory import MemoryFacts, memory_facts, release
+from nb_cudaguard.panel.report import Report, text_bundle
+from nb_cudaguard.record.journal import CellRecord
+from nb_cudaguard.relaunch.session_state import CudaGuardState
+from nb_cudaguard.replay.plan import ReplayPlan
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+class PanelSession(CudaGuardState, Protocol):
+    """What the panel reads from the extension's session (``CudaGuard``), which passes itself in: what a restart
+    needs, and the incidents whose locals "Release memory" drops."""
+
+    incidents: list[Incident]
+
+
+@dataclass
+class PanelFacts:
+    """What the panel shows beyond the Report: gathered once, rendered in every format."""
+
+    report: Report
+    tensors: list[tuple[str, str]] = field(default_factory=list)
+    memory: MemoryFacts | None = None
+
+    @property
+    def kind(self) -> str:
+        return verdict_of(self.report.incident).kind
+
+    def content(self) -> ReportContent:
+        return build(self.report.incident, self.report.diagnosis, self.tensors, self.memory)
 
 
 def gather(report: Report) -> PanelFacts:
@@ -27,17 +56,8 @@ def gather(report: Report) -> PanelFacts:
     from nb_cudaguard.panel.involved import involved_tensors
 
     incident = report.incident
-    if is_out_of_memory(incident):
-        return PanelFacts(report, "out_of_memory", involved_tensors(report), memory_facts(incident))
-    return PanelFacts(report, incident.classification, involved_tensors(report))
-
-
-def text_bundle(facts: PanelFacts) -> dict:
-    return {
-        "text/plain": render.to_text(facts),
-        "text/markdown": render.to_markdown(facts),
-        "text/html": render.to_html(facts),
-    }
+    memory = memory_facts(incident) if verdict_of(incident).kind == "out_of_memory" else None
+    return PanelFacts(report, involved_tensors(report), memory)
 
 
 def widgets_can_render(shell) -> bool:
@@ -51,67 +71,44 @@ def widgets_can_render(shell) -> bool:
     return True
 
 
-def show_panel(report: Report, guard) -> Panel | None:
+def show_panel(report: Report, guard: PanelSession) -> Panel | None:
     """Display the panel (or, without widgets, the same report as text, Markdown and HTML)."""
     from IPython.display import display
 
     facts = gather(report)
     if not widgets_can_render(guard.shell):
-        display(text_bundle(facts), raw=True)
+        display(text_bundle(facts.content()), raw=True)
         return None
     panel = Panel(facts, guard)
     display(panel.bundle(), raw=True)
     return panel
 
 
-def request_restart(replay: str = "minimal", diagnose: bool = False, cells: list[int] | None = None):
-    """The one place the panel asks for a restart, so that it follows ``nb_cudaguard.restart``'s signature."""
-    from nb_cudaguard.restart.inplace import restart
+def request_restart(
+    guard: CudaGuardState, replay: str = "minimal", diagnose: bool = False, cells: list[int] | None = None
+) -> ReplayPlan:
+    """The one place the panel asks for a restart, so that it follows ``relaunch.restart.restart``'s signature."""
+    from nb_cudaguard.relaunch.restart import restart
 
-    return restart(replay=replay, diagnose=diagnose, cells=cells)
-
-
-def clipboard_script(markdown: str) -> str:
-    """Browser-side copy. ``element`` is the output node in JupyterLab, Notebook 7 and classic Notebook; the
-    clipboard needs a focused page in a secure context, so a refusal is said where the user looks."""
-    return (
-        "(async (text, node) => {\n"
-        "  if (node && node.jquery) { node = node[0]; }\n"
-        "  const say = (t) => { if (node) { node.textContent = t; } };\n"
-        "  try { await navigator.clipboard.writeText(text); say('Copied the report (Markdown) to the clipboard.'); }\n"
-        "  catch (e) { say('The browser did not allow clipboard access (' + (e && e.name) + '): '\n"
-        "              + 'select the text in the box below and copy it.'); }\n"
-        f"}})({json.dumps(markdown)}, typeof element === 'undefined' ? null : element);"
-    )
-
-
-def copy_report(markdown: str, area, output) -> None:
-    """Try the clipboard, and always show the Markdown in a box: the fallback stays visible either way."""
-    from IPython.display import Javascript, clear_output, display
-
-    area.value = markdown
-    area.layout.display = ""
-    with output:
-        clear_output()
-        display(Javascript(clipboard_script(markdown)))
+    return restart(guard, replay=replay, diagnose=diagnose, cells=cells)
 
 
 class Panel:
     """The widgets of one failure's panel, and what its buttons do."""
 
-    def __init__(self, facts: PanelFacts, guard) -> None:
+    def __init__(self, facts: PanelFacts, guard: PanelSession) -> None:
         import ipywidgets as w
 
         self.facts = facts
         self.guard = guard
-        self.texts = text_bundle(facts)  # rendered once: the widget's body and the fallback bundle share it
+        self.texts = text_bundle(facts.content())  # rendered once: the widget's body and the fallback bundle share it
         self.markdown = self.texts["text/markdown"]
         self.body = w.HTML(self.texts["text/html"])
         self.status = w.HTML("")
         self.output = w.Output()
         self.copy_area = w.Textarea(layout=w.Layout(display="none", width="100%", height="14em"))
-        self.buttons: dict[str, object] = {}
-        self.plan_boxes: list[tuple[object, object]] = []  # (checkbox, CellRecord)
+        self.buttons: dict[str, Any] = {}  # ipywidgets.Button by key
+        self.plan_boxes: list[tuple[Any, CellRecord]] = []  # (ipywidgets.Checkbox, its cell)
         self.minimal: set[int] = set()
         rows = [self.body]
         if facts.kind == "poisoned":
@@ -216,31 +213,38 @@ class Panel:
         ticked = {record.seq for box, record in self.plan_boxes if box.value}
         if ticked == self.minimal:
             return None
-        return [record.execution_count for box, record in self.plan_boxes if box.value]
+        return [r.execution_count for box, r in self.plan_boxes if box.value and r.execution_count is not None]
 
     def _restart(self, diagnose: bool) -> None:
         from IPython.utils.capture import capture_output
 
-        from nb_cudaguard.panel.follower import hand_over, take_back
-
         cells = self.chosen_cells()
         self._busy(True, "Restarting the kernel in place…")
-        hand_over(self)
+        self.handover().to_env()
         try:
             with capture_output():  # its own announcement: the status line says the same, and follows the replay
-                plan = request_restart(diagnose=diagnose, cells=cells)
+                plan = request_restart(self.guard, diagnose=diagnose, cells=cells)
         except Exception:
-            take_back()
+            withdraw()
             raise
         what = f"replaying {len(plan.steps)} cell(s)" if plan.steps else "with nothing to replay"
         then = ", then running the failing cell under %%cudacheck" if diagnose else ""
         self.say(f"Restarting the kernel in place (PID {os.getpid()}), {what}{then}…", "busy")
 
+    def handover(self) -> PanelHandover:
+        """What the new process needs to find this panel again after the restart (``panel.follower``)."""
+        buttons = {
+            key: ButtonState(b.model_id, b.description, b.button_style, b.icon) for key, b in self.buttons.items()
+        }
+        return PanelHandover(
+            self.status.model_id, self.output.model_id, self.copy_area.model_id, buttons, self.markdown
+        )
+
     def _release(self) -> None:
         self._busy(True, "Releasing memory…")
-        allocated = release(self.guard.shell)
+        allocated = release(self.guard.shell, self.guard.incidents)
         self.facts.memory = memory_facts(self.facts.report.incident)
-        self.texts = text_bundle(self.facts)
+        self.texts = text_bundle(self.facts.content())
         self.markdown = self.texts["text/markdown"]
         self.body.value = self.texts["text/html"]
         still = f" PyTorch now holds {allocated:,} bytes." if allocated is not None else ""
@@ -249,17 +253,6 @@ class Panel:
     def _copy(self) -> None:
         copy_report(self.markdown, self.copy_area, self.output)
         self.say("The report (Markdown) is in the box below; the browser's clipboard has it too if it allowed it.")
-
-
-def status_html(message: str, tone: str = "") -> str:
-    from html import escape
-
-    colour = {
-        "error": "var(--jp-error-color1,#d32f2f)",
-        "ok": "var(--jp-success-color1,#388e3c)",
-        "busy": "var(--jp-warn-color1,#ef6c00)",
-    }.get(tone, "var(--jp-ui-font-color1,inherit)")
-    return f'<span class="nbcg-status" style="color:{colour}">{escape(message, quote=False)}</span>'
 
 
 def _shorten(text: str, width: int = 70) -> str:
