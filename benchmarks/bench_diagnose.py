@@ -17,8 +17,8 @@ import torch
 
 from nb_cudaguard import testing
 from nb_cudaguard.diagnosis import diagnose
-from nb_cudaguard.incident.catalog import parse_assertions
 from nb_cudaguard.incident.incident import build_incident
+from nb_cudaguard.record.assertions import parse_assertions
 
 RUNS = 15
 NAMES = 10_000

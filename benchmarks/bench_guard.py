@@ -38,17 +38,17 @@ def _models(device: str):
     }
 
 
-def _timed_step(model, optimizer, data, guard=None) -> float:
+def _timed_step(model, optimizer, data, checker=None) -> float:
     import torch
     from guard_models import train_step
 
     synchronize = torch.cuda.synchronize if data[0].is_cuda else (lambda: None)
     synchronize()
     start = time.perf_counter()
-    if guard is None:
+    if checker is None:
         train_step(model, optimizer, *data)
     else:
-        with guard:
+        with checker:
             train_step(model, optimizer, *data)
     synchronize()
     return time.perf_counter() - start
@@ -57,19 +57,19 @@ def _timed_step(model, optimizer, data, guard=None) -> float:
 def run_cpu(repeats: int, warmup: int = 2) -> list[dict]:
     import torch
 
-    from nb_cudaguard.check.mode import Guard
+    from nb_cudaguard.check.mode import Checker
 
     results = []
     for name, (model, data) in _models("cpu").items():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         for _ in range(warmup):
             _timed_step(model, optimizer, data)
-            _timed_step(model, optimizer, data, Guard())
+            _timed_step(model, optimizer, data, Checker())
         plain, guarded, ratios = [], [], []
         for i in range(repeats):  # interleaved, alternating which goes first, so drift hits both alike
             pair = {}
             for kind in ("plain", "guarded") if i % 2 == 0 else ("guarded", "plain"):
-                pair[kind] = _timed_step(model, optimizer, data, Guard() if kind == "guarded" else None)
+                pair[kind] = _timed_step(model, optimizer, data, Checker() if kind == "guarded" else None)
             plain.append(pair["plain"])
             guarded.append(pair["guarded"])
             ratios.append(pair["guarded"] / pair["plain"])
@@ -89,14 +89,14 @@ def _gpu_child(kind: str, repeats: int) -> None:
     """One GPU process: median LM step time, printed as JSON on the last line."""
     import torch
 
-    from nb_cudaguard.check.mode import Guard
+    from nb_cudaguard.check.mode import Checker
 
     model, data = _models("cuda")["transformer (2x256, seq 128, batch 16)"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    make_guard = (lambda: Guard()) if kind == "guarded" else (lambda: None)
+    make_checker = (lambda: Checker()) if kind == "guarded" else (lambda: None)
     for _ in range(3):
-        _timed_step(model, optimizer, data, make_guard())
-    times = [_timed_step(model, optimizer, data, make_guard()) for _ in range(repeats)]
+        _timed_step(model, optimizer, data, make_checker())
+    times = [_timed_step(model, optimizer, data, make_checker()) for _ in range(repeats)]
     print(json.dumps({"kind": kind, "step_ms": 1000 * statistics.median(times)}))
 
 

@@ -18,9 +18,9 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
     """An argument of an assert-prone op would have tripped a CUDA device assert; the op did not run.
 
     A ``RuntimeError`` first, like the CUDA error it replaces, so existing ``except RuntimeError`` code still
-    catches it. The attributes carry what the report needs: which op and argument, the user's variable, the first offending
-    values and their positions, how many there are, the valid range and where it comes from, the user's line, and
-    the fix. The CUDA context stays healthy: the next cell runs.
+    catches it. The attributes carry what the report needs: which op and argument, the user's variable, the first
+    offending values and their positions, how many there are, the valid range and where it comes from, the user's
+    line, and the fix. The CUDA context stays healthy: the next cell runs.
     """
 
     def __init__(
@@ -30,8 +30,8 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
         argument: str,
         family: str,
         problem: str,
-        values: list | None = None,
-        positions: list | None = None,
+        values: list[Any] | None = None,
+        positions: list[Any] | None = None,
         count: int | None = None,
         valid_range: str | None = None,
         range_source: str | None = None,

@@ -1,58 +1,177 @@
-"""The cause families: what each means in one line, and which families one printed assertion cannot tell apart.
+"""The cause families, one row each: the only place a family's meaning, group and usual fix are written.
 
 A group is what the GPU can say: ``srcIndex < srcSelectDimSize`` says "an embedding index was out of range", not
 whether the tokenizer grew or the sequence was too long. The analysers refine a group into its family; the
 ranking treats a family of the asserted group as consistent with the assertion and any other as contradicting it.
+
+The catalog's error texts, the diagnosis and ``%%cudacheck`` all read their summary and fix from here, so a
+family reads the same in every report. Texts about one op (a loss's class weights, bernoulli's probabilities)
+stay next to that op.
 """
 
 from __future__ import annotations
 
-SUMMARY = {
-    "label_out_of_range": "a class label is negative or not smaller than the number of classes",
-    "negative_label": "a class label is negative (and not the loss's ignore_index)",
-    "num_classes_mismatch": "the output layer has fewer units than there are classes",
-    "embedding_index_out_of_range": "a token or index id is outside the embedding table",
-    "vocab_resize_missing": "tokens were added to the tokenizer but the embedding was not resized",
-    "position_ids_too_long": "a sequence is longer than max_position_embeddings",
-    "token_type_ids_out_of_range": "token_type_ids hold a value >= type_vocab_size",
-    "bce_input_range": "binary cross-entropy got inputs outside [0, 1] (raw logits?)",
-    "bce_target_range": "binary cross-entropy got targets outside [0, 1]",
-    "gather_scatter_index": "a gather/scatter index is outside the indexed dimension",
-    "advanced_index_out_of_bounds": "an index is outside the tensor it indexes",
-    "one_hot_num_classes": "one_hot got a value outside [0, num_classes)",
-    "multinomial_invalid_probs": "sampling got NaN, inf, negative or all-zero probabilities",
-    "ctc_loss": "CTC targets or lengths are invalid",
-    "nan_or_inf": "a NaN or inf was turned into an index",
-    "illegal_memory_access": "a kernel touched memory it does not own (no tensor check catches this)",
-    "dtype_mismatch": "an index or label tensor has the wrong dtype",
-    "other": "a CUDA kernel failed",
-}
-
-GROUP = {
-    "label_out_of_range": "class_index",
-    "negative_label": "class_index",
-    "num_classes_mismatch": "class_index",
-    "embedding_index_out_of_range": "embedding",
-    "vocab_resize_missing": "embedding",
-    "position_ids_too_long": "embedding",
-    "token_type_ids_out_of_range": "embedding",
-    "advanced_index_out_of_bounds": "index",
-    "gather_scatter_index": "index",
-    "one_hot_num_classes": "index",
-    "nan_or_inf": "index",
-    "bce_input_range": "bce",
-    "bce_target_range": "bce",
-    "multinomial_invalid_probs": "multinomial",
-    "ctc_loss": "ctc",
-    "dtype_mismatch": "dtype",
-    "illegal_memory_access": "memory",
-    "other": "other",
-}
+from dataclasses import dataclass
 
 
-def summary_of(family: str) -> str:
-    return SUMMARY.get(family, SUMMARY["other"])
+@dataclass(frozen=True)
+class Family:
+    """One cause family. ``check_fix``: what ``%%cudacheck`` says instead of ``fix`` when it stops an op, where
+    the check knows more than a report written after the failure."""
+
+    name: str
+    summary: str
+    group: str
+    fix: str
+    check_fix: str | None = None
 
 
-def group_of(family: str) -> str:
-    return GROUP.get(family, "other")
+_LABELS_FIX = (
+    "Make every label lie in [0, num_classes) or equal ignore_index: labels numbered from 1 need `labels - 1`; "
+    "'void' values such as 255 or -1 need ignore_index=255 (or mapping to -100); a classifier head smaller than the "
+    "number of classes needs num_labels / out_features raised."
+)
+
+TABLE: tuple[Family, ...] = (
+    Family(
+        "label_out_of_range",
+        "a class label is negative or not smaller than the number of classes",
+        "class_index",
+        _LABELS_FIX,
+    ),
+    Family("negative_label", "a class label is negative (and not the loss's ignore_index)", "class_index", _LABELS_FIX),
+    Family(
+        "num_classes_mismatch", "the output layer has fewer units than there are classes", "class_index", _LABELS_FIX
+    ),
+    Family(
+        "embedding_index_out_of_range",
+        "a token or index id is outside the embedding table",
+        "embedding",
+        "Keep ids in [0, num_embeddings): check the tokenizer and the model come from the same checkpoint, call "
+        "model.resize_token_embeddings(len(tokenizer)) after adding tokens, or enlarge "
+        "nn.Embedding(num_embeddings=...).",
+    ),
+    Family(
+        "vocab_resize_missing",
+        "tokens were added to the tokenizer but the embedding was not resized",
+        "embedding",
+        "Tokens were added to the tokenizer but the embedding table was not resized: call "
+        "model.resize_token_embeddings(len(tokenizer)).",
+    ),
+    Family(
+        "position_ids_too_long",
+        "a sequence is longer than max_position_embeddings",
+        "embedding",
+        "The sequence is longer than max_position_embeddings: tokenize with truncation=True and "
+        "max_length=model.config.max_position_embeddings, or shorten the inputs.",
+    ),
+    Family(
+        "token_type_ids_out_of_range",
+        "token_type_ids hold a value >= type_vocab_size",
+        "embedding",
+        "token_type_ids must be < type_vocab_size (usually 2, or 1 for RoBERTa-style models): drop token_type_ids "
+        "or build them with the model's own tokenizer.",
+    ),
+    Family(
+        "bce_input_range",
+        "binary cross-entropy got inputs outside [0, 1] (raw logits?)",
+        "bce",
+        "binary_cross_entropy expects probabilities: use nn.BCEWithLogitsLoss() (or "
+        "F.binary_cross_entropy_with_logits) on the raw logits, or apply torch.sigmoid first; check the model "
+        "output for NaN.",
+    ),
+    Family(
+        "bce_target_range",
+        "binary cross-entropy got targets outside [0, 1]",
+        "bce",
+        "Scale or binarise the targets into [0, 1] (e.g. mask / 255 or (mask > 0).float()).",
+    ),
+    Family(
+        "gather_scatter_index",
+        "a gather/scatter index is outside the indexed dimension",
+        "index",
+        "Every entry of `index` must be in [0, self.size(dim)): gather/scatter do not wrap negative indices.",
+    ),
+    Family(
+        "advanced_index_out_of_bounds",
+        "an index is outside the tensor it indexes",
+        "index",
+        "Keep indices in the valid range of the indexed dimension (check idx.min() and idx.max() against its size).",
+    ),
+    Family(
+        "one_hot_num_classes",
+        "one_hot got a value outside [0, num_classes)",
+        "index",
+        "Pass num_classes larger than the largest label (or fix the labels), and make labels non-negative.",
+    ),
+    Family(
+        "multinomial_invalid_probs",
+        "sampling got NaN, inf, negative or all-zero probabilities",
+        "multinomial",
+        "Sample from valid probabilities: compute softmax in float32, keep temperature > 0, make sure top-k/top-p "
+        "filtering leaves at least one token per row, and find where NaN/inf entered the logits.",
+    ),
+    Family(
+        "ctc_loss",
+        "CTC targets or lengths are invalid",
+        "ctc",
+        "CTC targets must be class indices in [0, C) other than blank; input_lengths <= T (log_probs.size(0)); "
+        "target_lengths <= the padded target length (or summing to targets.numel() for concatenated targets).",
+    ),
+    Family(
+        "nan_or_inf",
+        "a NaN or inf was turned into an index",
+        "index",
+        "A NaN (or inf) became an index: casting NaN to an integer gives -9223372036854775808. Find where it comes "
+        "from (torch.isnan(x).any()), and clean or mask it before .long() or int().",
+        # The check saw the cast itself, on a device where NaN becomes an arbitrary integer (0 on CUDA).
+        check_fix="A NaN or inf was cast to an integer index: find where it enters (torch.isfinite(x).all()) "
+        "before the cast.",
+    ),
+    Family(
+        "illegal_memory_access",
+        "a kernel touched memory it does not own (no tensor check catches this)",
+        "memory",
+        "Re-run with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel; check custom CUDA extensions "
+        "and indices passed to ops without bounds checks.",
+    ),
+    Family(
+        "dtype_mismatch",
+        "an index or label tensor has the wrong dtype",
+        "dtype",
+        "Convert labels and indices with .long() (after checking they hold no NaN).",
+    ),
+    Family(
+        "other",
+        "a CUDA kernel failed",
+        "other",
+        "Re-run the failing cell under %%cudacheck to see the op, its arguments and the offending values.",
+    ),
+)
+
+FAMILIES: tuple[str, ...] = tuple(row.name for row in TABLE)
+_BY_NAME = {row.name: row for row in TABLE}
+
+
+def family(name: str) -> Family:
+    """The row of ``name``; an unknown name reads as ``other``."""
+    return _BY_NAME.get(name, _BY_NAME["other"])
+
+
+def summary_of(name: str) -> str:
+    return family(name).summary
+
+
+def group_of(name: str) -> str:
+    return family(name).group
+
+
+def fix_of(name: str) -> str:
+    """The family's usual fix, for a report that knows the family but nothing more specific."""
+    return family(name).fix
+
+
+def check_fix_of(name: str) -> str:
+    """What ``%%cudacheck`` says to do when it stops an op for this family."""
+    row = family(name)
+    return row.check_fix or row.fix

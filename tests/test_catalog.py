@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from nb_cudaguard.families import FAMILIES
 from nb_cudaguard.incident import catalog
+from nb_cudaguard.record.assertions import AssertionCollector, parse_assertions
 
 # A real message for each ErrorText (from shared/reference/torch_cuda_errors.md), with the expected verdicts.
 SAMPLES = {
@@ -52,7 +54,7 @@ def test_error_text_matches_its_sample(entry):
     names = [e.name for e in catalog.match_error_texts(text)]
     assert entry.name in names
     assert catalog.sticky_verdict(text) is sticky
-    assert entry.family in catalog.FAMILIES
+    assert entry.family in FAMILIES
 
 
 def test_host_errors_are_not_cuda_errors():
@@ -67,12 +69,12 @@ def test_every_device_assert_is_recognised_from_its_printed_line(entry):
         f"/opt/conda/conda-bld/pytorch_1/work/{entry.file}:123: {kernel}: block: [7,0,0], thread: [64,0,0] "
         f"Assertion `{entry.condition}` failed."
     )
-    [record] = catalog.parse_assertions(line)
+    [record] = parse_assertions(line)
     assert record.condition == entry.condition
     assert record.block == "7,0,0" and record.thread == "64,0,0"
     found = catalog.lookup_assertion(record)
     assert found is not None and found.family == entry.family
-    assert found.family in catalog.FAMILIES
+    assert found.family in FAMILIES
 
 
 def test_assertion_lines_are_deduplicated_with_a_count():
@@ -81,14 +83,14 @@ def test_assertion_lines_are_deduplicated_with_a_count():
         "block: [0,0,0], thread: [{t},0,0] Assertion `t >= 0 && t < n_classes` failed."
     )
     text = "\n".join(line.format(t=t % 32) for t in range(5000))
-    [record] = catalog.parse_assertions(text)
+    [record] = parse_assertions(text)
     assert record.count == 5000
     assert record.short_file == "aten/src/ATen/native/cuda/Loss.cu"
 
 
 def test_hip_format_is_parsed():
     line = "Loss.hip:120: void nll_loss(float*): Device-side assertion `t >= 0 && t < n_classes' failed."
-    [record] = catalog.parse_assertions(line)
+    [record] = parse_assertions(line)
     assert catalog.lookup_assertion(record).family == "label_out_of_range"
 
 
@@ -98,13 +100,13 @@ def test_multinomial_message_with_backticks_is_parsed_whole():
         "block: [0,0,0], thread: [0,0,0] Assertion `probability tensor contains either `inf`, `nan` or element < 0`"
         " failed."
     )
-    [record] = catalog.parse_assertions(line)
+    [record] = parse_assertions(line)
     assert record.condition.endswith("element < 0")
     assert catalog.lookup_assertion(record).family == "multinomial_invalid_probs"
 
 
 def test_distinct_assertions_are_bounded():
-    collector = catalog.AssertionCollector(max_distinct=3)
+    collector = AssertionCollector(max_distinct=3)
     for n in range(10):
         collector.feed_line(f"a/Loss.cu:{n}: k: block: [0,0,0], thread: [0,0,0] Assertion `x` failed.")
     assert len(collector.records) == 3 and collector.dropped == 7

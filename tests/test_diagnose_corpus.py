@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nb_cudaguard.diagnosis import diagnose
-from nb_cudaguard.incident.catalog import FAMILIES
+from nb_cudaguard.families import FAMILIES
 from nb_cudaguard.incident.logparse import incident_from_log
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -314,7 +314,10 @@ def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and
     why."""
     run_ok(kernel, "import time\nlog = []\nstamp = time.monotonic_ns()  # a replay would give another value")
     before = value(kernel, "stamp")
-    private = value(kernel, "str(__import__('nb_cudaguard.replay.handoff').replay.handoff.private_dir())")
+    private = value(
+        kernel,
+        "str((h := __import__('nb_cudaguard.replay.handoff').replay.handoff).handoff_dir(h.binding_for(get_ipython())))",
+    )
     kc = kernel.kc
     try:
         # the cell asks for the restart, then makes the private directory public: the handoff must not go there

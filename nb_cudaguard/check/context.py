@@ -1,4 +1,4 @@
-"""Where the user is when a guarded op fails: their frame, their line, their names for the tensors involved.
+"""Where the user is when a checked op fails: their frame, their line, their names for the tensors involved.
 
 Runs only after a check failed, so it may walk frames and namespaces freely. Identity (``is``), never equality:
 a tensor's ``==`` is elementwise, and a name is only worth showing if it is the very object the op received.
@@ -20,7 +20,7 @@ _MAX_MODULES = 200  # user-namespace modules searched for the owner of a weight
 
 def user_frame(start: FrameType | None = None) -> FrameType | None:
     """The innermost frame running the user's code (a notebook cell, a script, their own module)."""
-    frame = start if start is not None else sys._getframe(1)
+    frame: FrameType | None = start if start is not None else sys._getframe(1)
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):
             return frame
@@ -48,8 +48,8 @@ def _cell_label(filename: str) -> str | None:
         return None
     shell = get_ipython()
     compiler = getattr(shell, "compile", None)
-    number = getattr(compiler, "_filename_map", {}).get(filename)
-    return f"cell In[{number}]" if number is not None else None
+    cell = getattr(compiler, "_filename_map", {}).get(filename)
+    return f"cell In[{cell}]" if cell is not None else None
 
 
 @dataclass

@@ -1,53 +1,38 @@
-"""``%%cudacheck [--sync]`` and the every-cell guard behind ``%cudaguard check on|off``.
+"""``%%cudacheck [--sync]`` and the every-cell checks behind ``%cudaguard check on|off``.
 
 The cell body runs like ``%%time`` runs it: transformed, compiled under a cached cell name (so tracebacks and the
-guard's "user line" show the cell's own lines, numbered as the user sees them) and executed in the user namespace,
+check's "user line" show the cell's own lines, numbered as the user sees them) and executed in the user namespace,
 with the value of a final expression returned for display. Errors propagate unchanged, so the extension's
-post-run hook sees the ``CudaCheckError`` as the cell's error.
+post-run hook sees the ``CudaCheckError`` as the cell's error. The options are declared with IPython's
+``magic_arguments``, so ``%%cudacheck?`` lists them as IPython's own magics do.
 
-The every-cell guard enters the modes in ``pre_run_cell`` and leaves them in ``post_run_cell``, which IPython
-calls after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Guard.leave``).
+The every-cell checks enter the mode in ``pre_run_cell`` and leave it in ``post_run_cell``, which IPython calls
+after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Checker.leave``).
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
-import shlex
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells that may never use it
+    from nb_cudaguard.check.mode import Checker
 
 _EVERY_CELL = "_nb_cudaguard_every_cell"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would exit the kernel
-        raise UsageError(f"%%cudacheck: {message}\n{self.format_usage()}")
-
-    def exit(self, status=0, message=None):
-        raise UsageError(message or self.format_help())
-
-
-def _parser() -> _Parser:
-    parser = _Parser(
-        prog="%%cudacheck",
-        description="Run the cell with every assert-prone torch op checked before it launches.",
-    )
-    parser.add_argument(
-        "--sync", action="store_true", help="also synchronise after every op, to pin other asynchronous CUDA errors"
-    )
-    return parser
-
-
 class EveryCell:
-    """The guard around every cell of one shell, while ``%cudaguard check on``."""
+    """The checks around every cell of one shell, while ``%cudaguard check on``."""
 
     def __init__(self, shell) -> None:
         self.shell = shell
         self.enabled = False
         self.sync = False
-        self.guard = None
+        self.checker: Checker | None = None
 
     def set(self, enabled: bool, sync: bool = False) -> None:
         if enabled and not self.enabled:
@@ -61,7 +46,7 @@ class EveryCell:
                     pass
         self.enabled, self.sync = enabled, sync
         self._leave()
-        if enabled:  # the rest of the current cell is guarded too; post_run_cell leaves as usual
+        if enabled:  # the rest of the current cell is checked too; post_run_cell leaves as usual
             self._enter()
 
     def pre_run_cell(self, info=None) -> None:
@@ -72,14 +57,14 @@ class EveryCell:
         self._leave()
 
     def _enter(self) -> None:
-        from nb_cudaguard.check.mode import Guard
+        from nb_cudaguard.check.mode import Checker
 
-        self.guard = Guard(sync=self.sync, namespace=self.shell.user_ns).__enter__()
+        self.checker = Checker(sync=self.sync, namespace=self.shell.user_ns).__enter__()
 
     def _leave(self) -> None:
-        if self.guard is not None:
-            self.guard.leave()
-            self.guard = None
+        if self.checker is not None:
+            self.checker.leave()
+            self.checker = None
 
     def describe(self) -> str:
         if not self.enabled:
@@ -105,31 +90,34 @@ def set_every_cell(shell, enabled: bool, sync: bool = False) -> str:
 
 @magics_class
 class CudaCheckMagics(Magics):
-    def __init__(self, shell) -> None:
-        super().__init__(shell)
-        self.parser = _parser()
-
+    @magic_arguments("%cudacheck")  # the help's usage line adds the other "%"
+    @argument("-h", "--help", action="store_true", help="show this help instead of running the cell")
+    @argument(
+        "--sync", action="store_true", help="also synchronise after every op, to pin other asynchronous CUDA errors"
+    )
     @cell_magic
     def cudacheck(self, line: str, cell: str):
-        """Run the cell with every assert-prone torch op checked before it runs (``%%cudacheck --help``).
+        """Run the cell with every assert-prone torch op checked before it launches.
 
         A bad label, index or probability raises ``nb_cudaguard.CudaCheckError`` naming the op, the argument and
         your variable, the offending values and positions, the valid range and your line, before the kernel can
         poison the CUDA context.
         """
-        args = self.parser.parse_args(shlex.split(line))
+        args = parse_argstring(self.cudacheck, line)
+        if args.help:
+            raise UsageError(self.cudacheck.parser.format_help())
         state = getattr(self.shell, _EVERY_CELL, None)
-        active = state.guard if state is not None else None
-        if active is not None and active.active:  # already guarded by %cudaguard check on: add --sync only
+        active = state.checker if state is not None else None
+        if active is not None and active.active:  # already checked by %cudaguard check on: add --sync only
             previous = active.mode.sync
             active.mode.sync = previous or args.sync
             try:
                 return self._run(cell)
             finally:
                 active.mode.sync = previous
-        from nb_cudaguard.check.mode import Guard
+        from nb_cudaguard.check.mode import Checker
 
-        with Guard(sync=args.sync, namespace=self.shell.user_ns):
+        with Checker(sync=args.sync, namespace=self.shell.user_ns):
             return self._run(cell)
 
     def _run(self, cell: str):

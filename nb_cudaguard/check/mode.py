@@ -1,23 +1,24 @@
-"""The guard: a torch dispatch mode that checks the arguments of assert-prone ops before their kernels launch.
+"""A torch dispatch mode that checks the arguments of assert-prone ops before their kernels launch, and the
+``Checker`` that switches it on for a block.
 
 A CUDA device assert poisons the whole process; the same bad value caught on the host costs one exception. So
 under ``%%cudacheck`` every aten op passes through :class:`CudaCheckMode`: ops with a device assert
-(``checks.CHECKS``) get their index, label or probability arguments reduced on their own device (one
+(``ops.CHECKS``) get their index, label or probability arguments reduced on their own device (one
 reduction each) and read back together (one synchronisation per op); every other op goes straight through.
 A violation raises :class:`~nb_cudaguard.errors.CudaCheckError` before the op runs.
 
 Two things a per-op check cannot see are handled here too: NaN/inf cast to an integer index (which CUDA turns
 into 0 without a word) is remembered at the cast, with its finiteness reduced there and read only when the result
-is used as an index; and ``sync=True`` synchronises after every op so that errors from kernels the guard cannot
-check (custom extensions) surface at the op that launched them. ``F.one_hot`` decomposes before dispatch; its CUDA
-form, a ``scatter_`` of ones into zeros, is recognised in ``checks`` and reported as one_hot. (A torch
+is used as an index; and ``sync=True`` synchronises after every op so that errors from kernels no check can see
+(custom extensions) surface at the op that launched them. ``F.one_hot`` decomposes before dispatch; its CUDA
+form, a ``scatter_`` of ones into zeros, is recognised in ``ops_index`` and reported as one_hot. (A torch
 function mode could see ``F.one_hot`` by name, but any function mode turns off nn.Transformer's fused inference
 path (``torch.overrides.has_torch_function``), which would change results.)
 
 Dynamo does not compile frames while a dispatch mode is active (``torch/_dynamo/convert_frame.py``: "non-infra
-torch dispatch mode present"), so a ``torch.compile``'d model runs eagerly under the guard and is checked. Where a
-check meets tensors it cannot read (fake, meta or wrapper-subclass tensors, an older torch tracing under the
-mode), it steps aside with a notice: the guard must never be what breaks a user's cell.
+torch dispatch mode present"), so a ``torch.compile``'d model runs eagerly under the checks and is checked. Where
+a check meets tensors it cannot read (fake, meta or wrapper-subclass tensors, an older torch tracing under the
+mode), it steps aside with a notice: the checks must never be what breaks a user's cell.
 """
 
 from __future__ import annotations
@@ -31,17 +32,19 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nb_cudaguard.check.checks import CHECKS, Condition, cast_condition
+from nb_cudaguard.check.conditions import Check, Condition, cast_condition
 from nb_cudaguard.check.context import Names, describe_line, user_frame
+from nb_cudaguard.check.ops import CHECKS
 from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.families import check_fix_of
 from nb_cudaguard.incident import catalog, probe
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
 
-def _resolve_checks() -> dict[Any, Callable]:
+def _resolve_checks() -> dict[Any, Check]:
     """OpOverload -> check, for every overload of every checked packet this torch has."""
-    table: dict[Any, Callable] = {}
+    table: dict[Any, Check] = {}
     for packet_name, check in CHECKS.items():
         packet = getattr(torch.ops.aten, packet_name, None)
         if packet is None:
@@ -81,22 +84,22 @@ _KEEP_SOURCE = 1 << 20  # elements: smaller cast sources are kept alive with the
 
 def _source_ref(source) -> Callable[[], Any]:
     """How to find a cast's floating source on the failure path. A small one is kept (it is usually a temporary,
-    as in ``(p * n).long()``); a large one only weakly, so the guard never holds big tensors alive."""
+    as in ``(p * n).long()``); a large one only weakly, so the checks never hold big tensors alive."""
     if source.numel() <= _KEEP_SOURCE:
         return lambda: source
     return weakref.ref(source)
 
 
 class _Casts:
-    """Integer tensors made from floating ones while the guard was on, with a not-yet-read finiteness flag."""
+    """Integer tensors made from floating ones while the checks were on, with a not-yet-read finiteness flag."""
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[weakref.ref, Any, weakref.ref]] = {}
+        self._by_id: dict[int, tuple[weakref.ref[Any], Any, Callable[[], Any]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
-    def record(self, result, flag, source_ref) -> None:
+    def record(self, result, flag, source_ref: Callable[[], Any]) -> None:
         key = id(result)
 
         def forget(ref, key=key) -> None:
@@ -106,7 +109,7 @@ class _Casts:
 
         self._by_id[key] = (weakref.ref(result, forget), flag, source_ref)
 
-    def lookup(self, t) -> tuple[Any, weakref.ref] | None:
+    def lookup(self, t) -> tuple[Any, Callable[[], Any]] | None:
         entry = self._by_id.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
@@ -124,7 +127,7 @@ class CudaCheckMode(TorchDispatchMode):
         self.binder = _Binder()
         self.casts = _Casts()
         self.notices: list[str] = []
-        self.checked: Counter[str] = Counter()  # ops checked, by name: what the guard actually looked at
+        self.checked: Counter[str] = Counter()  # ops checked, by name: what the checks actually looked at
 
     # --- the hot path
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -141,7 +144,7 @@ class CudaCheckMode(TorchDispatchMode):
 
     # --- checks
     def cast_conditions(self, argument: str, index) -> list[Condition]:
-        """The NaN/inf condition for an index that came from a float -> int cast under this guard."""
+        """The NaN/inf condition for an index that came from a float -> int cast under this mode."""
         if not self.casts or not isinstance(index, torch.Tensor):
             return []
         found = self.casts.lookup(index)
@@ -150,7 +153,7 @@ class CudaCheckMode(TorchDispatchMode):
         flag, source_ref = found
         return [cast_condition(argument, index, flag, source_ref)]
 
-    def _check(self, func, check: Callable, args: tuple, kwargs: dict) -> None:
+    def _check(self, func, check: Check, args: tuple, kwargs: dict) -> None:
         try:
             if _compiling():
                 self.notice(f"{_op_name(func)} was not checked: it ran while torch.compile was tracing.")
@@ -195,14 +198,14 @@ class CudaCheckMode(TorchDispatchMode):
             range_source=condition.range_source,
             variable=names.name_of(condition.tensor),
             user_line=describe_line(frame),
-            fix=condition.fix,
+            fix=condition.fix or check_fix_of(condition.family),
         )
 
     # --- NaN/inf -> integer index provenance
     def _track_cast(self, func, args: tuple, kwargs: dict, result) -> None:
         if not isinstance(result, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
             return
-        source = args[0]
+        source: Any = args[0]
         if func in _CAST_OPS:
             if func is _COPY:  # copy_(dst, src): dst is the integer tensor, src the floating one
                 source = args[1] if len(args) > 1 else None
@@ -251,14 +254,14 @@ class CudaCheckMode(TorchDispatchMode):
         print(f"nb_cudaguard: {text}", file=sys.stderr)
 
 
-class Guard:
-    """``with Guard():`` checks every assert-prone op in the block. Re-entrant per instance is not supported."""
+class Checker:
+    """``with Checker():`` checks every assert-prone op in the block. Re-entrant per instance is not supported."""
 
     def __init__(self, sync: bool = False, namespace: dict | None = None) -> None:
         self.mode = CudaCheckMode(sync=sync, namespace=namespace)
         self.active = False
 
-    def __enter__(self) -> Guard:
+    def __enter__(self) -> Checker:
         self.mode.__enter__()
         self.active = True
         return self
@@ -288,8 +291,8 @@ class Guard:
 
 def _drop_exited(modes: list) -> None:
     """``TorchDispatchMode.__exit__`` pops the top of the stack, whichever mode that is. A mode entered before the
-    guard and exited while the guard was on top (``testing.disable()`` under ``%cudaguard check on``) therefore
-    popped the guard and stayed on the stack itself; take it off, as its owner meant to."""
+    checker and exited while the checker was on top (``testing.disable()`` under ``%cudaguard check on``)
+    therefore popped the checker and stayed on the stack itself; take it off, as its owner meant to."""
     from torch.utils._python_dispatch import _pop_mode, _push_mode
 
     exited = [m for m in modes if not getattr(m, "old_dispatch_mode_flags", True)]
@@ -302,9 +305,9 @@ def _drop_exited(modes: list) -> None:
             _push_mode(other)
 
 
-def checking(sync: bool = False, namespace: dict | None = None) -> Guard:
-    """The guard as a context manager for scripts: ``with nb_cudaguard.check.mode.checking(): train_step()``."""
-    return Guard(sync=sync, namespace=namespace)
+def checking(sync: bool = False, namespace: dict | None = None) -> Checker:
+    """The checks as a context manager for scripts: ``with nb_cudaguard.check.mode.checking(): train_step()``."""
+    return Checker(sync=sync, namespace=namespace)
 
 
 def _read_back(conditions: list[Condition]) -> list[list[float]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from nb_cudaguard.errors import CudaCheckError
+
 
 @dataclass
 class Evidence:
@@ -59,3 +61,28 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {"causes": [c.to_dict() for c in self.causes], "notes": list(self.notes)}
+
+
+def cause_from_check(error: CudaCheckError) -> Cause:
+    """What ``%%cudacheck`` found when it stopped an op, as a Cause: certain (confidence 1.0), since the check read
+    the very values the op received, and backed by that one piece of direct evidence."""
+    evidence = Evidence(
+        kind="guard",
+        text=f"%%cudacheck: {error.op} argument {error.subject} {error.problem}",
+        direct=True,
+        variable=error.variable,
+        values=error.values or None,
+        positions=error.positions or None,
+        count=error.count,
+        valid_range=error.valid_range,
+        range_source=error.range_source,
+        source_line=error.user_line,
+    )
+    return Cause(
+        family=error.family,
+        confidence=1.0,
+        summary=f"{error.op}: {error.subject} {error.problem}",
+        fix=error.fix,
+        evidence=[evidence],
+        variable=error.variable,
+    )

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
+from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence, cause_from_check
 from nb_cudaguard.diagnosis.evidence import classes, embeddings, indexing, losses, textual
 from nb_cudaguard.diagnosis.evidence.context import Context
 from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
 from nb_cudaguard.diagnosis.evidence.workspace import build_workspace
 from nb_cudaguard.errors import CudaCheckError
-from nb_cudaguard.families import group_of, summary_of
+from nb_cudaguard.families import fix_of, group_of, summary_of
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
 
-__all__ = ["diagnose", "summary_of"]
+__all__ = ["diagnose"]
 
 Analyser = Callable[[Context], list[Cause]]
 ANALYSERS: tuple[tuple[str, Analyser], ...] = (
@@ -91,11 +91,10 @@ def _failing_line(incident: Incident) -> LineFacts:
 
 def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable | None = None) -> Diagnosis:
     """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
-    checked = getattr(incident.exception, "to_cause", None)
-    if isinstance(incident.exception, CudaCheckError) and checked is not None:
+    if isinstance(incident.exception, CudaCheckError):
         # %%cudacheck stopped the op before it ran: its own finding is direct and complete.
         note = "%%cudacheck stopped this op before it ran: the context is healthy."
-        return Diagnosis(causes=[checked()], notes=[note])
+        return Diagnosis(causes=[cause_from_check(incident.exception)], notes=[note])
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
     hints = textual.hints_for(incident)
@@ -172,12 +171,8 @@ def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cau
 
 
 def _fix_for(family: str, asserted: dict[str, Cause]) -> str:
-    if family in asserted:
-        return asserted[family].fix
-    entry = next((e for e in catalog.ERROR_TEXTS if e.family == family), None)
-    if entry is not None:
-        return entry.fix
-    return "Re-run the failing cell under %%cudacheck to see the op, its arguments and the offending values."
+    """The printed assertion's own fix where there is one (it names the op), else the family's usual fix."""
+    return asserted[family].fix if family in asserted else fix_of(family)
 
 
 def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:

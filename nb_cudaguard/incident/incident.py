@@ -14,9 +14,9 @@ import traceback
 from dataclasses import dataclass, field
 
 from nb_cudaguard.incident import catalog
-from nb_cudaguard.incident.catalog import AssertionRecord
 from nb_cudaguard.incident.probe import Health, active_probe
 from nb_cudaguard.incident.usercode import is_user_file
+from nb_cudaguard.record.assertions import AssertionRecord
 from nb_cudaguard.record.journal import CellRecord
 
 

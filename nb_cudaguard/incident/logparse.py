@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from nb_cudaguard.incident.catalog import parse_assertions
 from nb_cudaguard.incident.incident import Frame, Incident, classify
 from nb_cudaguard.incident.probe import Health
 from nb_cudaguard.incident.usercode import is_user_file_in_log
+from nb_cudaguard.record.assertions import parse_assertions
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(?P<msg>.*)$")

@@ -34,9 +34,9 @@ def _library_roots() -> tuple[str, ...]:
     user_site = getattr(site, "USER_SITE", None)
     if user_site:
         roots.add(os.path.abspath(user_site))
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        roots.add(os.path.dirname(os.path.abspath(torch_file)))
     return tuple(sorted(roots))
 
 

@@ -15,6 +15,7 @@ from nb_cudaguard.diagnosis.causes import Cause, Evidence
 from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
 from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
 from nb_cudaguard.diagnosis.tensors import is_floating, is_integral
+from nb_cudaguard.families import fix_of
 
 _LOSS_WORDS = ("loss", "criterion", "cross_entropy", "nll", "ce")
 _LABEL_WORDS = ("label", "target", "tag", "class", "gt")
@@ -190,7 +191,7 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
         )
         return ctx.cause("negative_label", 0.85, name, fix, evidence)
     if n is None:
-        return ctx.cause("label_out_of_range", 0.6, name, "Make every label lie in [0, number of classes).", evidence)
+        return ctx.cause("label_out_of_range", 0.6, name, fix_of("label_out_of_range"), evidence)
     lowest, highest = summary.min, summary.max
     data = _data_classes(ctx)
     classes_in_data = summary.distinct_count if summary.distinct_count is not None else 0

@@ -12,6 +12,7 @@ from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
 from nb_cudaguard.diagnosis.evidence.static import CallSite
 from nb_cudaguard.diagnosis.evidence.workspace import Named
 from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
+from nb_cudaguard.families import fix_of
 
 _GATHER = ("gather", "take_along_dim")
 _SCATTER = ("scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_")
@@ -174,11 +175,7 @@ def _nan_cause(ctx: Context, index: Named | None, evidence: list[Evidence]) -> C
     holders = _nan_holders(ctx)
     evidence = evidence + [ctx.tensor_evidence(h, "holds NaN/inf") for h in holders]
     variable = holders[0].name if holders and index is None else (index.name if index is not None else None)
-    fix = (
-        "A NaN (or inf) became an index: casting NaN to an integer gives -9223372036854775808. Find where it comes "
-        "from (torch.isnan(x).any()), and clean or mask it before .long() or int()."
-    )
-    return ctx.cause("nan_or_inf", 0.9, variable, fix, evidence)
+    return ctx.cause("nan_or_inf", 0.9, variable, fix_of("nan_or_inf"), evidence)
 
 
 def _nan_cast(ctx: Context) -> list[Cause]:

@@ -13,7 +13,10 @@ from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
 from nb_cudaguard.diagnosis.evidence.static import CallSite
 from nb_cudaguard.diagnosis.evidence.workspace import Named
 from nb_cudaguard.diagnosis.tensors import is_floating
+from nb_cudaguard.families import fix_of
 
+# Said once the values (or the source) showed raw outputs: more pointed than the family's usual fix, so it is
+# not replaced by the printed assertion's fix in the ranking.
 _BCE_FIX = "Use nn.BCEWithLogitsLoss() on the raw outputs (it applies the sigmoid itself), or torch.sigmoid first."
 
 
@@ -110,10 +113,7 @@ def _multinomial(ctx: Context, call: CallSite) -> list[Cause]:
     if probs is None:
         return []
     summary = ctx.summary(probs.obj)
-    fix = (
-        "Sample from torch.softmax(logits / max(temperature, 1e-5), dim=-1); check the logits for NaN/inf "
-        "(torch.isfinite(logits).all()) and make sure no row is all zeros."
-    )
+    fix = fix_of("multinomial_invalid_probs")
     if not summary.readable:
         evidence = [ctx.tensor_evidence(probs, "the sampled probabilities", direct=False)]
         return [ctx.cause("multinomial_invalid_probs", 0.5, probs.name, fix, evidence)]

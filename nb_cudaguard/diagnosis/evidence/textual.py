@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 
 from nb_cudaguard.incident import catalog
-from nb_cudaguard.incident.catalog import AssertionRecord
 from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.record.assertions import AssertionRecord
 
 # Which embedding table a frame's line reads: only the innermost line that names exactly one of them counts,
 # because an outer line such as ``self.embeddings(input_ids=..., position_ids=..., token_type_ids=...)`` names all.

@@ -16,7 +16,7 @@ from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
 import nb_cudaguard  # noqa: E402
 from nb_cudaguard import CudaCheckError, testing  # noqa: E402
-from nb_cudaguard.diagnosis.causes import Cause  # noqa: E402
+from nb_cudaguard.diagnosis.causes import Cause, cause_from_check  # noqa: E402
 
 SETUP = """
 import torch
@@ -58,7 +58,7 @@ def test_cudacheck_names_variable_line_and_range(shell) -> None:
     assert err.values == [5] and err.positions == [(1,)] and err.count == 1
     assert "line 3: loss = F.cross_entropy(logits, labels)" in err.user_line  # numbered as the user sees the cell
     assert "cell In[" in err.user_line
-    assert _stack() == []  # the guard left
+    assert _stack() == []  # the checker left
     ok = shell.run_cell("float(F.cross_entropy(logits, labels.clamp(max=4)))")  # the next cell runs
     assert ok.error_in_exec is None and isinstance(ok.result, float)
 
@@ -77,6 +77,13 @@ def test_cudacheck_sync_option_and_usage(shell) -> None:
     assert isinstance(bad.error_in_exec, UsageError) and "--bogus" in str(bad.error_in_exec)
 
 
+def test_cudacheck_help_lists_every_option(shell) -> None:
+    doc = shell.find_cell_magic("cudacheck").__doc__  # what %%cudacheck? shows
+    assert "%%cudacheck [-h] [--sync]" in doc and "--sync" in doc and "--help" in doc
+    shown = shell.run_cell("%%cudacheck --help\n1")
+    assert isinstance(shown.error_in_exec, UsageError) and "--sync" in str(shown.error_in_exec)
+
+
 def test_every_cell_check_on_and_off(shell, capsys) -> None:
     shell.run_line_magic("cudaguard", "check on")
     assert "every cell" in capsys.readouterr().out
@@ -85,15 +92,15 @@ def test_every_cell_check_on_and_off(shell, capsys) -> None:
     assert _stack() == []  # left after the failing cell too
     ok = shell.run_cell("emb = torch.nn.Embedding(3, 2); emb(torch.tensor([2]))")
     assert ok.error_in_exec is None
-    nested = shell.run_cell("%%cudacheck\nF.cross_entropy(logits, labels)")  # no double guard
+    nested = shell.run_cell("%%cudacheck\nF.cross_entropy(logits, labels)")  # no double checks
     assert isinstance(nested.error_in_exec, CudaCheckError)
     shell.run_line_magic("cudaguard", "check off")
-    unguarded = shell.run_cell("F.cross_entropy(logits, labels)")
-    assert type(unguarded.error_in_exec) is IndexError  # the CPU's own error: the guard is off
+    unchecked = shell.run_cell("F.cross_entropy(logits, labels)")
+    assert type(unchecked.error_in_exec) is IndexError  # the CPU's own error: the checks are off
     assert _stack() == []
 
 
-def test_every_cell_guard_survives_user_modes_pushed_on_top(shell) -> None:
+def test_every_cell_checks_survive_user_modes_pushed_on_top(shell) -> None:
     shell.run_line_magic("cudaguard", "check on")
     shell.run_cell(
         textwrap.dedent(
@@ -114,15 +121,15 @@ def test_every_cell_guard_survives_user_modes_pushed_on_top(shell) -> None:
     failed = shell.run_cell("F.cross_entropy(logits, labels)")
     assert isinstance(failed.error_in_exec, CudaCheckError)
     assert shell.user_ns["Seen"].ops > 0
-    shell.run_cell("seen.__exit__(None, None, None)")  # pops the guard (the top), so the guard takes `seen` off
+    shell.run_cell("seen.__exit__(None, None, None)")  # pops the checker (the top), so the checker takes `seen` off
     assert _stack() == []
 
 
 def test_simulation_switched_off_under_every_cell_check(shell) -> None:
     shell.run_line_magic("cudaguard", "check on")
     shell.run_line_magic("cudaguard", "simulate on")
-    guarded = shell.run_cell("F.cross_entropy(logits, labels)")
-    assert isinstance(guarded.error_in_exec, CudaCheckError) and not testing.is_poisoned()
+    checked = shell.run_cell("F.cross_entropy(logits, labels)")
+    assert isinstance(checked.error_in_exec, CudaCheckError) and not testing.is_poisoned()
     shell.run_line_magic("cudaguard", "simulate off")
     assert not testing.is_enabled()
     shell.run_line_magic("cudaguard", "check off")
@@ -131,19 +138,19 @@ def test_simulation_switched_off_under_every_cell_check(shell) -> None:
 
 def test_simulated_gpu_is_not_poisoned_when_cudacheck_stops_the_op(shell) -> None:
     testing.enable()
-    guarded = shell.run_cell("%%cudacheck\nloss = F.cross_entropy(logits, labels)")
-    assert isinstance(guarded.error_in_exec, CudaCheckError)
+    checked = shell.run_cell("%%cudacheck\nloss = F.cross_entropy(logits, labels)")
+    assert isinstance(checked.error_in_exec, CudaCheckError)
     assert not testing.is_poisoned()
     fine = shell.run_cell("(logits + 1).sum().item()")
     assert fine.error_in_exec is None
-    unguarded = shell.run_cell("loss = F.cross_entropy(logits, labels)")  # the same cell without the guard
-    assert "device-side assert triggered" in str(unguarded.error_in_exec)
+    unchecked = shell.run_cell("loss = F.cross_entropy(logits, labels)")  # the same cell without the checks
+    assert "device-side assert triggered" in str(unchecked.error_in_exec)
     assert testing.is_poisoned()
 
 
-def test_error_to_cause_and_dict(shell) -> None:
+def test_check_error_as_cause_and_dict(shell) -> None:
     err = shell.run_cell("%%cudacheck\nF.cross_entropy(logits, labels)").error_in_exec
-    cause = err.to_cause()
+    cause = cause_from_check(err)
     assert isinstance(cause, Cause)
     assert (cause.family, cause.confidence, cause.variable) == ("label_out_of_range", 1.0, "labels")
     evidence = cause.evidence[0]
@@ -182,13 +189,13 @@ def test_real_kernel_next_cell_runs_after_cudacheck_error() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_context_stays_healthy_after_cudacheck() -> None:
-    from nb_cudaguard.check.mode import Guard
+    from nb_cudaguard.check.mode import Checker
 
     logits = torch.randn(4, 5, device="cuda")
     labels = torch.tensor([0, 5, 2, 1], device="cuda")
-    with Guard(), pytest.raises(CudaCheckError):
+    with Checker(), pytest.raises(CudaCheckError):
         torch.nn.functional.cross_entropy(logits, labels)
-    with Guard(), pytest.raises(CudaCheckError) as info:
+    with Checker(), pytest.raises(CudaCheckError) as info:
         torch.nn.functional.one_hot(labels, 5)
     assert info.value.family == "one_hot_num_classes"
     torch.cuda.synchronize()

@@ -1,4 +1,4 @@
-"""The guard changes nothing that runs: same outputs, losses, gradients and dtypes as without it, for a small
+"""The checks change nothing that runs: same outputs, losses, gradients and dtypes as without it, for a small
 transformer LM and a CNN, in training (autograd), CPU autocast (bfloat16) and no_grad inference. It coexists with
 other dispatch modes and with torch.compile, and it really checks the backward ops."""
 
@@ -14,7 +14,7 @@ from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch, train_step  # no
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.check.mode import Guard  # noqa: E402
+from nb_cudaguard.check.mode import Checker  # noqa: E402
 
 VOCAB = 50
 
@@ -43,8 +43,8 @@ def _run_training(model, data, steps: int, autocast: bool):
     return losses, logits, grads
 
 
-def _assert_identical(plain, guarded) -> None:
-    (p_losses, p_logits, p_grads), (g_losses, g_logits, g_grads) = plain, guarded
+def _assert_identical(plain, checked) -> None:
+    (p_losses, p_logits, p_grads), (g_losses, g_logits, g_grads) = plain, checked
     assert len(p_losses) == len(g_losses)
     for a, b in zip(p_losses, g_losses, strict=True):
         assert a.dtype == b.dtype and torch.equal(a, b)
@@ -57,19 +57,19 @@ def _assert_identical(plain, guarded) -> None:
 
 @pytest.mark.parametrize("build", [_lm, _cnn], ids=["transformer_lm", "cnn"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "autocast_bf16"])
-def test_training_identical_guarded_and_plain(build, autocast: bool) -> None:
+def test_training_identical_checked_and_plain(build, autocast: bool) -> None:
     model, data = build()
     twin = copy.deepcopy(model)
     plain = _run_training(model, data, steps=2, autocast=autocast)
-    guard = Guard()
-    with guard:
-        guarded = _run_training(twin, data, steps=2, autocast=autocast)
-    _assert_identical(plain, guarded)
-    assert guard.mode.checked["aten.nll_loss_forward"] >= 2
-    assert guard.mode.checked["aten.nll_loss_backward"] >= 2
+    checker = Checker()
+    with checker:
+        checked = _run_training(twin, data, steps=2, autocast=autocast)
+    _assert_identical(plain, checked)
+    assert checker.mode.checked["aten.nll_loss_forward"] >= 2
+    assert checker.mode.checked["aten.nll_loss_backward"] >= 2
     if build is _lm:
-        assert guard.mode.checked["aten.embedding"] >= 4
-        assert guard.mode.checked["aten.embedding_dense_backward"] >= 4
+        assert checker.mode.checked["aten.embedding"] >= 4
+        assert checker.mode.checked["aten.embedding_dense_backward"] >= 4
 
 
 @pytest.mark.parametrize("build", [_lm, _cnn], ids=["transformer_lm", "cnn"])
@@ -78,18 +78,18 @@ def test_no_grad_inference_identical(build) -> None:
     model.eval()  # the transformer takes its fused inference fast path here
     with torch.no_grad():
         plain = model(inputs)
-        with Guard():
-            guarded = model(inputs)
-    assert plain.dtype == guarded.dtype and torch.equal(plain, guarded)
+        with Checker():
+            checked = model(inputs)
+    assert plain.dtype == checked.dtype and torch.equal(plain, checked)
 
 
 def test_backward_ops_are_checked_through_autograd() -> None:
-    """A bad label reached through autograd's own backward op: the guard stops nll_loss_backward."""
+    """A bad label reached through autograd's own backward op: the checks stop nll_loss_backward."""
     logits = torch.randn(3, 4, requires_grad=True)
     labels = torch.tensor([0, 1, 2])
     loss = torch.nn.functional.cross_entropy(logits, labels)
     labels.data[1] = 9  # a label corrupted between forward and backward, behind autograd's version counter
-    with Guard(), pytest.raises(CudaCheckError) as info:
+    with Checker(), pytest.raises(CudaCheckError) as info:
         loss.backward()
     assert info.value.op == "aten.nll_loss_backward"
     assert info.value.values == [9]
@@ -110,13 +110,13 @@ def test_nested_dispatch_modes_keep_working() -> None:
     ids = torch.tensor([1, 2, 3])
     expected = emb(ids)
     outer, inner = _Counting(), _Counting()
-    with outer, Guard(), inner:
+    with outer, Checker(), inner:
         result = emb(ids)
         with pytest.raises(CudaCheckError):
             emb(torch.tensor([10]))
     assert torch.equal(result, expected)
     assert "aten.embedding.default" in outer.ops and "aten.embedding.default" in inner.ops
-    with Guard(), _Counting() as counting:
+    with Checker(), _Counting() as counting:
         again = emb(ids)
     assert torch.equal(again, expected)
     assert counting.ops == ["aten.embedding.default"]
@@ -128,11 +128,11 @@ def test_torch_compile_model_is_checked_not_crashed() -> None:
     compiled = torch.compile(model, backend="aot_eager")
     ids = torch.tensor([1, 2, 9])
     expected = compiled(ids)
-    guard = Guard()
-    with guard:
+    checker = Checker()
+    with checker:
         assert torch.allclose(compiled(ids), expected)
         with pytest.raises(CudaCheckError) as info:
             compiled(torch.tensor([1, 10]))
     assert info.value.op == "aten.embedding"
-    assert guard.mode.checked["aten.embedding"] >= 1
-    assert torch.allclose(compiled(ids), expected)  # and compiled code still works after the guard
+    assert checker.mode.checked["aten.embedding"] >= 1
+    assert torch.allclose(compiled(ids), expected)  # and compiled code still works after the checks

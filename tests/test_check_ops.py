@@ -1,7 +1,7 @@
-"""Every guard check, with real bad input on CPU (attributes of the CudaCheckError) and at its valid boundary
-(the guarded op runs and returns exactly what the unguarded op returns).
+"""Every op check, with real bad input on CPU (attributes of the CudaCheckError) and at its valid boundary
+(the checked op runs and returns exactly what the unchecked op returns).
 
-Each case builds its tensors in a small function that then calls the op, the way a notebook cell would: the guard
+Each case builds its tensors in a small function that then calls the op, the way a notebook cell would: the check
 must name the variable, the line, the offending values and positions, and the valid range.
 """
 
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.check.mode import Guard  # noqa: E402
+from nb_cudaguard.check.mode import Checker  # noqa: E402
 
 aten = torch.ops.aten
 nan, inf = math.nan, math.inf
@@ -24,7 +24,7 @@ nan, inf = math.nan, math.inf
 
 @dataclass
 class Case:
-    bad: object  # callable raising under the guard
+    bad: object  # callable raising under the checks
     good: object  # callable at the valid boundary
     op: str
     argument: str
@@ -63,7 +63,7 @@ class _Encoder(torch.nn.Module):
 
 
 class _Tokenizer:
-    """Shaped like a Hugging Face tokenizer to the guard: a length and convert_tokens_to_ids."""
+    """Shaped like a Hugging Face tokenizer to the checks: a length and convert_tokens_to_ids."""
 
     def __len__(self) -> int:
         return 12
@@ -586,7 +586,7 @@ def good_multinomial():
 
 def bad_one_hot():
     # F.one_hot as it runs on CUDA (Onehot.cpp skips its host checks there and relies on scatter's device assert).
-    # On CPU, F.one_hot raises its own host error before any kernel; this is the form the guard must catch.
+    # On CPU, F.one_hot raises its own host error before any kernel; this is the form the checks must catch.
     labels = torch.tensor([0, 2, 3])
     return torch.zeros(3, 3, dtype=torch.long).scatter_(-1, labels.unsqueeze(-1), 1)
 
@@ -1441,8 +1441,8 @@ def _values_equal(found: list, expected: list) -> bool:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_check_stops_bad_input(name: str) -> None:
     case = CASES[name]
-    guard = Guard()
-    with pytest.raises(CudaCheckError) as info, guard:
+    checker = Checker()
+    with pytest.raises(CudaCheckError) as info, checker:
         case.bad()
     err = info.value
     assert isinstance(err, RuntimeError)
@@ -1455,7 +1455,7 @@ def test_check_stops_bad_input(name: str) -> None:
         assert err.variable is not None and err.variable.split(" ")[0] == case.variable
     if case.range_source is not None:
         assert case.range_source in err.range_source
-    assert err.user_line is not None and "test_guard_checks.py" in err.user_line
+    assert err.user_line is not None and "test_check_ops.py" in err.user_line
     if case.line is not None:
         assert case.line in err.user_line
     assert err.fix
@@ -1466,8 +1466,8 @@ def test_check_stops_bad_input(name: str) -> None:
 def test_valid_boundary_passes_unchanged(name: str) -> None:
     case = CASES[name]
     plain = case.good()
-    guard = Guard()
-    with guard:
-        guarded = case.good()
-    assert _same(plain, guarded)
-    assert sum(guard.mode.checked.values()) >= 1, "the boundary case must go through a check, not around it"
+    checker = Checker()
+    with checker:
+        checked = case.good()
+    assert _same(plain, checked)
+    assert sum(checker.mode.checked.values()) >= 1, "the boundary case must go through a check, not around it"
