@@ -1,6 +1,6 @@
 """The test command (README, .ci/run): `python3 -m pip install nox && nox`.
 
-Sessions: lint (ruff), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab),
+Sessions: lint (ruff, mypy), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab),
 tests_ipykernel6 (the last ipykernel 6 with IPython 8, as on Kaggle: the kernel and restart tests, whose code
 paths differ between ipykernel 6 and 7).
 torch is installed first from a CPU build and never upgraded by our own install (it is not a dependency).
@@ -14,6 +14,7 @@ nox.options.sessions = ["lint", "tests", "tests_oldest", "tests_ipykernel6"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # served from the machine's local wheel store; any torch >= 1.13 works
+MYPY = "mypy>=2.4,<2.5"  # a new minor release adds checks: move on deliberately
 IPYKERNEL6 = ["ipython>=8,<9", "ipykernel>=6.29,<7", "jupyter_client>=8,<9"]
 OLDEST = ["ipython==7.34.0", "ipykernel==6.17.1", "jupyter_client==7.4.9", "ipywidgets==7.7.1", "traitlets==5.3.0"]
 
@@ -23,6 +24,10 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # mypy reads the types of what the package imports: its dependencies (`-e .`) and torch
+    session.install(TORCH)
+    session.install("-e", ".", MYPY)
+    session.run("mypy")  # configured in pyproject.toml
 
 
 @nox.session

@@ -20,9 +20,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from nb_cudaguard.incident import probe
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
+    from torch.utils._python_dispatch import TorchDispatchMode
 
 _PREFIX = "/__w/pytorch/pytorch/aten/src/ATen/native/cuda/"
 
@@ -143,7 +149,7 @@ def _cuda_error(message: str = CUDA_ASSERT_MESSAGE) -> RuntimeError:
 class _State:
     poisoned: bool = False
     message: str = CUDA_ASSERT_MESSAGE
-    mode = None
+    mode: TorchDispatchMode | None = None
 
 
 _state = _State()
@@ -196,11 +202,17 @@ def _kernel_for(op_name: str, message: str) -> _Kernel | None:
     return kernel
 
 
-def _make_mode():
+def _make_mode() -> TorchDispatchMode:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class SimulatedCudaMode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(
+            self,
+            func: OpOverload,
+            types: Sequence[type],
+            args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             kwargs = kwargs or {}
             if probe.in_internal_use():
                 return func(*args, **kwargs)
@@ -216,7 +228,7 @@ def _make_mode():
                 _state.poisoned = True
                 raise _cuda_error() from None
 
-    return SimulatedCudaMode()
+    return SimulatedCudaMode()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ untyped
 
 
 def enable() -> None:

@@ -27,12 +27,32 @@ from nb_cudaguard.carry.value import Measure, NotCarriable, loads, map_verified,
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
 
+_OWNER = "owner.pid"
+
 
 def discard_all(binding: handoff.Binding) -> None:
     """Remove this kernel's carried values wherever a restart may have put them (one that never came back, or a
     handoff that was refused)."""
     for root in carry_place.roots():
         shutil.rmtree(root / f"carry-{binding.slug}", ignore_errors=True)
+
+
+def remove_stale_carries() -> list[str]:
+    """Remove carried values whose kernel ended before it could take them (killed during the restart), wherever a
+    restart may have put them; values of a live kernel, or of a kernel restarting right now, stay."""
+    notes = []
+    for root in carry_place.roots():
+        for directory in root.glob("carry-*"):
+            try:
+                owner = int((directory / _OWNER).read_text())
+                if owner != os.getpid() and time.time() - directory.stat().st_mtime > handoff.MAX_AGE:
+                    os.kill(owner, 0)
+            except ProcessLookupError:
+                shutil.rmtree(directory, ignore_errors=True)
+                notes.append(f"nb_cudaguard: removed {directory}, values carried by a kernel that ended.")
+            except (OSError, ValueError):
+                continue
+    return notes
 
 
 def plan_for(shell, guard, base: ReplayPlan, directory: Path | None = None, **choices) -> CarryPlan:
@@ -62,6 +82,7 @@ def prepare(
     discard_all(binding)  # a restart that never came back leaves one behind
     directory = carry_place.choose_root(guard.carry_max_bytes) / f"carry-{binding.slug}"
     directory.mkdir(mode=0o700)
+    (directory / _OWNER).write_text(str(os.getpid()))  # who may still come back for them (remove_stale_carries)
     plan = plan_for(
         shell, guard, base, directory, force_carry=force_carry, no_carry=no_carry, replay_cells=replay_cells
     )
@@ -82,9 +103,14 @@ def prepare(
 
 
 def _entry(m: Measure) -> CarriedFile:
+    """The manifest's entry for a value the plan carries: ``measure`` wrote it to its file(s)."""
+    if m.file is None or m.sha256 is None:
+        raise RuntimeError(f"{m.name} is carried but was not written to a file")
     buffers = None
     if m.buffers is not None:
-        buffers = CarriedBuffers(m.buffers, m.buffers_sha256, tuple(tuple(s) for s in m.spans))
+        if m.buffers_sha256 is None:
+            raise RuntimeError(f"the buffers of {m.name} were written without their hash")
+        buffers = CarriedBuffers(m.buffers, m.buffers_sha256, tuple(m.spans))
     return CarriedFile(m.name, m.file, m.sha256, buffers)
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nb_cudaguard.errors import NbCudaguardError
+
 VERSION = 1
 
 
-class ManifestError(ValueError):
+class ManifestError(ValueError, NbCudaguardError):
     """A manifest of another version, or one that lacks a field: its values are not used."""
 
 

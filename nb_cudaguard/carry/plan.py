@@ -154,7 +154,7 @@ def build_carry_plan(
         m = carry.measure(name, namespace[name], max_bytes, max_seconds, path, max_bytes - on_disk)
         plan.measures[name] = m
         on_disk += m.bytes if m.file is not None else 0
-        if not m.carriable:
+        if m.reason is not None:  # not carriable
             plan.refused[name] = m.reason
     needs = _needs(base, planner)
     while True:
@@ -224,7 +224,7 @@ def _settle(plan: CarryPlan, namespace: dict, directory: Path, max_bytes: int, m
         if plan.measures[name].file is not None:
             continue
         written = carry.measure(name, namespace[name], left, max_seconds, _value_path(directory, plan, name))
-        if not written.carriable:
+        if written.reason is not None:  # not carriable
             plan.refused[name] = written.reason + "; replayed instead"
             plan.notes.append(f"{name} could not be carried ({written.reason}); its cells are replayed instead.")
             return False

@@ -100,7 +100,8 @@ class Planner:
 
     def walk(self, skipped: set[int], needs: set[str]) -> list[CarryStep] | None:
         """The steps if the cells in ``skipped`` are skipped; None if that breaks a rule."""
-        needed, loaded = frozenset(needs), frozenset()
+        needed = frozenset(needs)
+        loaded: frozenset[str] = frozenset()
         steps: list[CarryStep] = []
         for record in reversed(self.cells):
             moved = self.advance(record, record.seq in skipped, needed, loaded)

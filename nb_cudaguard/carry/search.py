@@ -66,11 +66,12 @@ class Search:
 
     def total(self, skipped: set[int]) -> float | None:
         """Expected seconds to ready when the cells in ``skipped`` are skipped; None if that breaks a rule."""
-        state: _State | None = self.start
+        state = self.start
         for record in self.cells:
-            state = self._move(record, record.seq in skipped, state)
-            if state is None:
+            moved = self._move(record, record.seq in skipped, state)
+            if moved is None:
                 return None
+            state = moved
         return state[2]
 
     def best(self, forced: set[int], free: set[int]) -> set[int]:
@@ -129,9 +130,10 @@ class Search:
         def visit(index: int, state: _State, chosen: frozenset) -> None:
             while index < len(self.cells) and self.cells[index].seq not in free:
                 record = self.cells[index]
-                state = self._move(record, record.seq in forced, state)
-                if state is None or hopeless(index + 1, state):
+                moved = self._move(record, record.seq in forced, state)
+                if moved is None or hopeless(index + 1, moved):
                     return
+                state = moved
                 index += 1
             if hopeless(index, state):
                 return

@@ -38,6 +38,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nb_cudaguard.errors import NbCudaguardError
+
 # Reconstructors and classes from these packages are trusted to rebuild a value without other effects.
 _TRUSTED_MODULES = (
     "numpy",
@@ -67,7 +69,7 @@ _BUFFER_ALIGN = 64
 _CUSTOM_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
 
 
-class NotCarriable(Exception):
+class NotCarriable(NbCudaguardError):
     """Why a value must be rebuilt by replay rather than carried."""
 
 
@@ -139,7 +141,10 @@ def _refusal(obj) -> str | None:
 def _torch_device(obj) -> str | None:
     """The device type of a tensor or storage, read without touching its memory (no sync, no CUDA call)."""
     torch = sys.modules.get("torch")
-    if isinstance(obj, (torch.Tensor, getattr(torch, "UntypedStorage", ()))):
+    if torch is None:  # the caller saw a class from torch, so it is imported
+        return None
+    untyped = getattr(torch, "UntypedStorage", None)
+    if isinstance(obj, torch.Tensor) or (untyped is not None and isinstance(obj, untyped)):
         return obj.device.type
     typed = getattr(getattr(torch, "storage", None), "TypedStorage", ())
     if isinstance(obj, typed):
@@ -151,6 +156,7 @@ class _HashedFile:
     """A new private file (0600, created exclusively) and the SHA-256 of everything written into it."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self.handle = os.fdopen(fd, "wb", buffering=1024 * 1024)
         self.hash = hashlib.sha256()
@@ -188,10 +194,9 @@ class _Budget:
         self.count = 0
         self.mapped = 0
         self.spans: list[tuple[int, int]] = []
-        self.buffers_path = _buffers_path(path) if path is not None else None
+        # the files being written; both None when there is no path or once the pickle outgrew ``file_bytes``
         self.stream = _HashedFile(path) if path is not None else None
         self.buffers: _HashedFile | None = None
-        self.writing = path is not None
 
     def check_time(self) -> None:
         if time.perf_counter() > self.deadline:
@@ -204,14 +209,14 @@ class _Budget:
                 f"its pickle passed the size budget of {self.max_bytes} bytes (CudaGuard.carry_max_bytes)"
             )
         self.check_time()
-        if self.writing and self.count > self.file_bytes:
+        if self.stream is not None and self.count > self.file_bytes:
             self.close()
-            self.writing = False
+            self.stream = self.buffers = None
 
     def write(self, data) -> int:
         size = memoryview(data).nbytes
         self._add(size)
-        if self.writing:
+        if self.stream is not None:
             self.stream.write(data)
         return size
 
@@ -224,9 +229,9 @@ class _Budget:
             return True
         self._add(raw.nbytes)
         self.mapped += raw.nbytes
-        if self.writing:
+        if self.stream is not None:
             if self.buffers is None:
-                self.buffers = _HashedFile(self.buffers_path)
+                self.buffers = _HashedFile(_buffers_path(self.stream.path))
             padding = -self.buffers.size % _BUFFER_ALIGN
             if padding:
                 self.buffers.write(bytes(padding))
@@ -326,10 +331,10 @@ def measure(
         with internal_use():  # our own read of CPU values, as a diagnosis does (the fault injection lets it pass)
             pickler.dump(value)
         sink.close()
-        if sink.writing:
-            result.file, result.sha256 = path.name, sink.stream.hash.hexdigest()
+        if sink.stream is not None:
+            result.file, result.sha256 = sink.stream.path.name, sink.stream.hash.hexdigest()
             if sink.buffers is not None:
-                result.buffers, result.buffers_sha256 = sink.buffers_path.name, sink.buffers.hash.hexdigest()
+                result.buffers, result.buffers_sha256 = sink.buffers.path.name, sink.buffers.hash.hexdigest()
                 result.spans = sink.spans
         result.bytes, result.mapped_bytes = sink.count, sink.mapped
         result.seconds = time.perf_counter() - started

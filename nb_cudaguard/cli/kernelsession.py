@@ -9,6 +9,11 @@ import os
 import queue
 import subprocess
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jupyter_client.blocking.client import BlockingKernelClient
+    from jupyter_client.manager import KernelManager
 
 
 @dataclass
@@ -45,8 +50,8 @@ class KernelSession:
         self.extra_env = extra_env or {}
         self.extra_args = extra_args or []
         self.cwd = cwd
-        self.km = None
-        self.kc = None
+        self.km: KernelManager | None = None
+        self.kc: BlockingKernelClient | None = None
 
     def __enter__(self) -> KernelSession:
         from jupyter_client.manager import KernelManager
@@ -85,6 +90,8 @@ class KernelSession:
         return getattr(process, "pid", None)
 
     def run(self, code: str, timeout: float = 120) -> CellResult:
+        if self.kc is None:
+            raise RuntimeError("the kernel is not started: use the session as a context manager")
         result = CellResult(code)
 
         def on_output(msg) -> None:

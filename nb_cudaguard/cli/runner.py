@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nb_cudaguard.errors import NbCudaguardError
+
 EXIT_OK, EXIT_CELL_FAILED, EXIT_INVALID = 0, 1, 2
 _REPORT_EXPR = "__import__('nb_cudaguard').get_guard().last_report.to_json()"
 # Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
@@ -27,7 +29,7 @@ _REPLAY_EXPR = (
 )
 
 
-class InvalidNotebook(Exception):
+class InvalidNotebook(NbCudaguardError):
     """The notebook or the arguments cannot be run at all (exit code 2)."""
 
 

@@ -13,12 +13,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from nb_cudaguard.errors import NbCudaguardError
+
 ENV = "NB_CUDAGUARD_PANEL"
 VERSION = 1
 MARKDOWN_LIMIT = 64 * 1024  # one environment string may hold 128 KiB on Linux
 
 
-class HandoverError(ValueError):
+class HandoverError(ValueError, NbCudaguardError):
     """A panel hand-over this nb_cudaguard cannot read: the old panel is left as it is."""
 
 

@@ -27,7 +27,9 @@ import termios
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from nb_cudaguard.record.assertions import AssertionCollector, AssertionRecord
 
@@ -38,12 +40,15 @@ _DRAIN_SECONDS = 0.5
 
 def _fflush_c() -> None:
     """Push C stdio buffers (CUDA prints through printf) into the fds before we read or restore them."""
+    if _libc is None:
+        return
     try:
         _libc.fflush(None)
     except (AttributeError, OSError):
         pass
 
 
+_libc: ctypes.CDLL | None
 try:
     _libc = ctypes.CDLL(None)
 except OSError:  # pragma: no cover - every Linux and macOS libc loads
@@ -100,16 +105,15 @@ class CellOutput:
 
     def _scan(self, block: str | bytes) -> None:
         """Feed the complete lines that hold an assertion; carry the unfinished last line into the next block."""
-        newline, marker = ("\n", _STR_MARKER) if isinstance(block, str) else (b"\n", _BYTES_MARKER)
-        partial = self._partial if type(self._partial) is type(block) else block[:0]
-        if marker not in block and marker not in partial[-8:] + block[:8]:
-            _, found, rest = block.rpartition(newline)
-            self._partial = (rest if found else partial + block)[-4096:]
-            return
-        complete, found, rest = (partial + block).rpartition(newline)
-        if found and marker in complete:
-            self.collector.feed_text(_as_text(complete))
-        self._partial = (rest if found else complete)[-4096:]
+        marked: str | bytes | None
+        if isinstance(block, str):
+            partial = self._partial if type(self._partial) is str else ""
+            marked, self._partial = _marked_lines(partial, block, "\n", _STR_MARKER)
+        else:
+            raw = self._partial if type(self._partial) is bytes else b""
+            marked, self._partial = _marked_lines(raw, block, b"\n", _BYTES_MARKER)
+        if marked is not None:
+            self.collector.feed_text(_as_text(marked))
 
     def finish(self) -> None:
         self._settle()
@@ -141,7 +145,18 @@ class CellOutput:
 
 
 _BATCH = 256 * 1024
+_Text = TypeVar("_Text", str, bytes)
 _STR_MARKER, _BYTES_MARKER = "ssert", b"ssert"
+
+
+def _marked_lines(partial: _Text, block: _Text, newline: _Text, marker: _Text) -> tuple[_Text | None, _Text]:
+    """The complete lines of ``partial + block`` if they hold ``marker`` (else None), and the unfinished last line.
+    Most blocks hold no marker: then only the block's last line is looked for."""
+    if marker not in block and marker not in partial[-8:] + block[:8]:
+        _, found, rest = block.rpartition(newline)
+        return None, (rest if found else partial + block)[-4096:]
+    complete, found, rest = (partial + block).rpartition(newline)
+    return (complete if found and marker in complete else None), (rest if found else complete)[-4096:]
 
 
 def _as_text(chunk: str | bytes) -> str:
@@ -166,16 +181,7 @@ class _StreamTap:
         current = self.stream.write
         if getattr(current, "__nb_cudaguard__", False):
             return
-        sink = self.sink
-
-        def write(text, *args, _inner=current, **kwargs):
-            result = _inner(text, *args, **kwargs)
-            if isinstance(text, str):
-                sink(text)
-            return result
-
-        write.__nb_cudaguard__ = True
-        self.stream.write = write
+        self.stream.write = _TeeWrite(current, self.sink)
 
     def end(self, failed: bool) -> None:
         if not failed:
@@ -193,6 +199,23 @@ class _StreamTap:
         current = self.stream.__dict__.get("write")
         if current is not None and getattr(current, "__nb_cudaguard__", False):
             del self.stream.write
+
+
+class _TeeWrite:
+    """An OutStream's ``write``, then the sink for text. ``__nb_cudaguard__`` marks it as ours (to find it again,
+    not to wrap it twice)."""
+
+    __nb_cudaguard__ = True
+
+    def __init__(self, inner: Callable[..., object], sink: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.sink = sink
+
+    def __call__(self, text: object, *args: object, **kwargs: object) -> object:
+        result = self.inner(text, *args, **kwargs)
+        if isinstance(text, str):
+            self.sink(text)
+        return result
 
 
 class _FdTap:
@@ -246,6 +269,8 @@ class _FdTap:
 
     def _flush_python(self) -> None:
         stream = getattr(sys, self.pystream_name, None)
+        if stream is None:
+            return
         try:
             stream.flush()
         except (AttributeError, OSError, ValueError):
@@ -311,7 +336,8 @@ class OutputCapture:
                 try:
                     self._taps.append(_FdTap(fd, name, self._sink))
                 except OSError as exc:  # fd closed before we loaded: nothing to tap
-                    sys.__stderr__.write(f"nb_cudaguard: not capturing fd {fd}: {exc}\n")
+                    if sys.__stderr__ is not None:
+                        sys.__stderr__.write(f"nb_cudaguard: not capturing fd {fd}: {exc}\n")
 
     def _sink(self, text: str) -> None:
         self.current.add(text)

@@ -160,7 +160,7 @@ class _Visitor(ast.NodeVisitor):
         for decorator in getattr(node, "decorator_list", []):
             self.visit(decorator)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.names.defined.add(node.name)
         for default in [*node.args.defaults, *node.args.kw_defaults]:
             if default is not None:
@@ -231,12 +231,12 @@ class _Visitor(ast.NodeVisitor):
             if root is not None:
                 self.names.mutated.add(root)
                 self.call_roots.add(root)
-        is_ipython_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
-        if is_ipython_call and func.attr in ("run_line_magic", "run_cell_magic"):
-            self.names.side_effects.add("magic")
-            self._visit_magic(func.attr == "run_cell_magic", node.args)
-        elif is_ipython_call and func.attr in ("system", "getoutput"):
-            self.names.side_effects.add("shell")
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):  # get_ipython().method(...)
+            if func.attr in ("run_line_magic", "run_cell_magic"):
+                self.names.side_effects.add("magic")
+                self._visit_magic(func.attr == "run_cell_magic", node.args)
+            elif func.attr in ("system", "getoutput"):
+                self.names.side_effects.add("shell")
         if isinstance(func, ast.Name) and func.id == "open":
             self.names.side_effects.add("file_io")
         self.generic_visit(node)

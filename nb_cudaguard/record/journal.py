@@ -12,14 +12,16 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
+from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.record.cellnames import CellNames, analyse
 
 JOURNAL_FORMAT = 1
 SKIP_MARKER = "# cudaguard: skip"
 
 
-class JournalError(ValueError):
+class JournalError(ValueError, NbCudaguardError):
     """A journal that cannot be read back (corrupt, truncated, or from an unknown format)."""
 
 
@@ -59,7 +61,7 @@ class CellRecord:
         return f"[{self.execution_count}]" if self.execution_count is not None else f"#{self.seq}"
 
     def to_dict(self, with_names: bool = True) -> dict:
-        data = {
+        data: dict[str, Any] = {
             "seq": self.seq,
             "execution_count": self.execution_count,
             "source": self.source,

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nb_cudaguard.carry.manifest import CarryManifest, ManifestError
+from nb_cudaguard.errors import NbCudaguardError
 
 VERSION = 1
 
 
-class HandoffContentError(ValueError):
+class HandoffContentError(ValueError, NbCudaguardError):
     """A signed handoff this nb_cudaguard cannot read (another version, a missing field): nothing in it runs."""
 
 

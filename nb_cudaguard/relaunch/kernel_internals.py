@@ -38,10 +38,13 @@ _CLIENT_WAIT = 1.0
 def parent_header(kernel) -> dict:
     """The header of the shell request the kernel is answering, JSON-safe (its date is a datetime)."""
     getter = getattr(kernel, "get_parent", None)
-    try:
-        parent = getter("shell") if getter is not None else kernel._parent_header
-    except TypeError:  # ipykernel 6: get_parent() takes no channel
-        parent = getter()
+    if getter is None:
+        parent = kernel._parent_header
+    else:
+        try:
+            parent = getter("shell")
+        except TypeError:  # ipykernel 6: get_parent() takes no channel
+            parent = getter()
     header = parent.get("header", {}) if isinstance(parent, dict) else {}
     return json.loads(json.dumps(header, default=str))
 
@@ -267,26 +270,33 @@ def clients_back(kernel) -> threading.Event:
     sent before that would be dropped. One wrapper per process, shared by every waiter."""
     iopub = getattr(kernel, "iopub_thread", None)
     welcome = getattr(iopub, "_send_welcome_message", None)
-    if welcome is None:
+    if iopub is None or welcome is None:
         return threading.Event()
-    existing = getattr(welcome, "clients_back", None)
-    if existing is not None:
-        return existing
-    back = threading.Event()
+    if isinstance(welcome, _WelcomeWatch):
+        return welcome.clients_back
+    watch = _WelcomeWatch(welcome)
+    iopub._send_welcome_message = watch
+    return watch.clients_back
 
-    def send_welcome(subscription, _inner=welcome):
-        back.set()
-        return _inner(subscription)
 
-    send_welcome.clients_back = back
-    iopub._send_welcome_message = send_welcome
-    return back
+class _WelcomeWatch:
+    """iopub's welcome sender, wrapped on the instance: sets ``clients_back`` before each welcome is sent."""
+
+    def __init__(self, send: Callable[[str], object]) -> None:
+        self.send = send
+        self.clients_back = threading.Event()
+
+    def __call__(self, subscription: str) -> object:
+        self.clients_back.set()
+        return self.send(subscription)
 
 
 def seconds_since_bind(kernel) -> float:
     """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
     records each thread's start (in clock ticks since boot). 0 where that cannot be read."""
     thread = getattr(getattr(kernel, "iopub_thread", None), "thread", None)
+    if thread is None:
+        return 0.0
     try:
         with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
             started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
@@ -301,6 +311,8 @@ def restore_std_fds() -> None:
     """Put the original files back on fds 1 and 2 (ipykernel points them at its capture pipes)."""
     for number, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name, None)
+        if stream is None:
+            continue
         if getattr(stream, "_should_watch", False) and getattr(stream, "watch_fd_thread", None) is not None:
             stream.flush()
             _stop_pipe_watch(stream, getattr(stream, "_original_stdstream_fd", number))

@@ -91,6 +91,8 @@ def exec_argv() -> list[str]:
 def exec_self(argv: list[str]) -> None:
     """Replace the process image; returns only by raising ``OSError``."""
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if stream is None:  # no console (pythonw, a daemon)
+            continue
         try:
             stream.flush()
         except (AttributeError, OSError, ValueError):

@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
@@ -38,10 +39,15 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
     binding = handoff.binding_for(shell)
     announced = os.environ.pop(handoff.ENV_PATH, None)
     os.environ.pop("NB_CUDAGUARD_EXEC_AT", None)
-    path = handoff.pending(binding)
+    _remove_what_dead_kernels_left(shell, binding)
+    path = handoff.pending(binding) or _announced(announced)
     if path is None:
+        from nb_cudaguard.carry.files import discard_all
+
+        discard_all(binding)  # values of a restart of this kernel that never wrote its handoff
         if announced:
             guard.restart_failure = f"nb_cudaguard: the restart handoff {announced} is missing; nothing was replayed."
+            show_at_next_cell(shell, lambda: guard.restart_failure)
         return
     try:
         document = handoff.consume(binding, path)
@@ -81,6 +87,33 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
     if content.execution_count:
         shell.execution_count = content.execution_count
     _Resume(shell, guard, content, plan).start()
+
+
+def _announced(announced: str | None) -> Path | None:
+    """The path the process before the exec announced, where it is not where this process looks (terminal IPython
+    whose temporary directory changed): used only inside a private directory of this user."""
+    if not announced:
+        return None
+    path = Path(announced)
+    try:
+        handoff.private_under(path.parent, create=False)
+    except (OSError, handoff.HandoffError):
+        return None
+    return path if path.name.startswith("handoff-") and os.path.lexists(path) else None
+
+
+def _remove_what_dead_kernels_left(shell, binding: handoff.Binding) -> None:
+    """Handoffs and carried values of kernels that ended in the middle of a restart, in our own directories only."""
+    from nb_cudaguard.carry.files import remove_stale_carries
+
+    notes = remove_stale_carries()
+    for where in (lambda: handoff.handoff_dir(binding, create=False), lambda: handoff.private_dir(create=False)):
+        try:
+            notes += handoff.remove_stale(where())
+        except (OSError, handoff.HandoffError):  # not there (nothing to clean), or not ours (never touched)
+            continue
+    for note in notes:
+        _log(shell, note)
 
 
 def load_after_exit(shell, startup_file: str) -> None:
@@ -210,6 +243,8 @@ class _Resume:
 
     def _take_carried(self) -> None:
         carried, self.carried = self.carried, None
+        if carried is None:  # taken already
+            return
         failure = carried.take(self.shell)
         if failure is None:
             self.outcome.carried, self.outcome.carry_note = carried.names, carried.note
@@ -236,8 +271,7 @@ class _Resume:
     def _finish_replay(self, started: float) -> None:
         """Carried values the replay did not reach (it stopped early), time, names, the optional diagnosis, then
         mark the replay done (the next cell waits for that)."""
-        if self.carried is not None:
-            self._take_carried()
+        self._take_carried()
         self.outcome.seconds = time.perf_counter() - started
         self.outcome.names = sorted(
             name
@@ -250,7 +284,7 @@ class _Resume:
         self._progress_done()
 
     def _should_diagnose(self) -> bool:
-        return self.options.diagnose and self.outcome.failed is None and self.outcome.plan.target
+        return self.options.diagnose and self.outcome.failed is None and self.outcome.plan.target is not None
 
     def _diagnose(self) -> str:
         """Run the failing cell again under ``%%cudacheck``, which checks the inputs of assert-prone ops before
@@ -259,7 +293,10 @@ class _Resume:
             import nb_cudaguard.check.mode  # noqa: F401  (the %%cudacheck checks; a separate part of the package)
         except ImportError:
             return "skipped: the %%cudacheck checks (nb_cudaguard.check) are not part of this installation"
-        source = self.outcome.plan.target.source
+        target = self.outcome.plan.target
+        if target is None:  # _should_diagnose checked it
+            return "skipped: no failing cell to check"
+        source = target.source
         with _captured() as output, _interruptible():
             result = self.shell.run_cell("%%cudacheck\n" + source, silent=True)
         error = result.error_before_exec or result.error_in_exec

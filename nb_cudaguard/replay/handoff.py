@@ -11,7 +11,12 @@ is in it (the plan's cells, the pending requests), so the file is treated like c
   frontends). Terminal IPython, or a kernel without a key, uses a per-process secret passed to the new image in
   the environment. A file that fails any check is refused with a message saying why, moved aside, and nothing in
   it runs;
-* it is read once: the new process consumes (deletes) it, so a later start never replays it again.
+* it is found by the kernel's identity, never by an environment the user can change (``%env TMPDIR=...``): a
+  kernel's handoff sits beside its connection file, in a private directory of its own;
+* it is valid only for the process it was written for (the same PID after an exec; after the exit fallback, a new
+  process once the writer has ended), on the same boot, for ``MAX_AGE`` seconds;
+* it is read once: the new process consumes (deletes) it, so a later start never replays it again, and a handoff
+  that is refused is deleted too (with the values carried beside it), never moved aside or left behind.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT = 1
+from nb_cudaguard.errors import NbCudaguardError
+
+FORMAT = 2
+MAX_AGE = 300.0  # seconds: an exec takes about one; a kernel manager's restart a few
 ENV_PATH = "NB_CUDAGUARD_HANDOFF"
 ENV_SECRET = "NB_CUDAGUARD_SECRET"
 _MAX_BYTES = 512 * 1024 * 1024
 
 
-class HandoffError(Exception):
+class HandoffError(NbCudaguardError):
     """A handoff that was refused: nothing in it was executed.
 
     ``document`` is what the file held, unverified, when it could be parsed: the requests kept in it are signed
@@ -110,8 +118,25 @@ def private_under(path: Path, create: bool = True) -> Path:
     return path
 
 
+def handoff_dir(binding: Binding, create: bool = True) -> Path:
+    """Where this process's handoff is: beside a kernel's connection file (the same for the old process, the exec'd
+    one and a kernel its manager restarts, whatever the environment says), or for terminal IPython the user's
+    private directory."""
+    if binding.kind == "kernel":
+        return private_under(Path(binding.ident).parent / f"nb_cudaguard-{os.getuid()}", create)
+    return private_dir(create)
+
+
 def path_for(binding: Binding, create: bool = True) -> Path:
-    return private_dir(create) / f"handoff-{binding.slug}.json"
+    return handoff_dir(binding, create) / f"handoff-{binding.slug}.json"
+
+
+def boot_id() -> str:
+    """This boot of the machine (a handoff from before a reboot is never valid); empty where Linux does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _mac(key: bytes, body: str) -> str:
@@ -122,10 +147,10 @@ def write(binding: Binding, payload: dict) -> Path:
     """Write atomically (temporary file, then rename) and return the path."""
     if not binding.key:
         raise HandoffError("nb_cudaguard: no key to sign the handoff with; the restart was not started.")
-    body = json.dumps(
-        {"format": FORMAT, "kind": binding.kind, "ident": binding.ident, "written": time.time(), "payload": payload},
-        sort_keys=True,
-    )
+    header = {"format": FORMAT, "kind": binding.kind, "ident": binding.ident, "written": time.time()}
+    # an exec keeps the PID: that handoff is for this very process; the exit fallback's is for the next one
+    header |= {"pid": os.getpid(), "boot": boot_id(), "same_process": payload.get("how") == "exec"}
+    body = json.dumps({**header, "payload": payload}, sort_keys=True)
     document = json.dumps({"mac": _mac(binding.key, body), "body": body})
     target = path_for(binding)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -150,14 +175,34 @@ def pending(binding: Binding) -> Path | None:
 
 
 def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffError:
-    aside = path.with_name(path.name + ".refused")
-    try:
-        os.replace(path, aside)
-        where = f" It was moved to {aside}."
-    except OSError:
-        where = ""
-    message = f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run.{where}"
+    path.unlink(missing_ok=True)
+    message = f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run, and it was removed."
     return HandoffError(message, document)
+
+
+def _not_for_this_process(data: dict) -> str | None:
+    """Why a genuine handoff of this kernel is still not for this process, or None."""
+    age = time.time() - float(data.get("written", 0))
+    if data.get("boot") != boot_id():
+        return "it was written before the machine restarted"
+    if not 0 <= age <= MAX_AGE:
+        return f"it is {age:.0f} s old (a restart takes seconds; the process it was written for never came back)"
+    writer = int(data.get("pid", -1))
+    if data.get("same_process") and writer != os.getpid():
+        return f"it was written for process {writer}, which was ended before it could restart"
+    if not data.get("same_process") and _alive(writer) and writer != os.getpid():
+        return f"the process that wrote it ({writer}) is still running"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
 
 
 def consume(binding: Binding, path: Path | None = None) -> dict:
@@ -192,5 +237,31 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
         raise _refuse(path, f"it belongs to {where}, not to this {binding.description}", data)
     if data.get("format") != FORMAT:
         raise _refuse(path, f"it has format {data.get('format')}, this version reads format {FORMAT}", data)
+    stale = _not_for_this_process(data)
+    if stale is not None:
+        raise _refuse(path, stale)  # its requests were sent to a process that is gone: none is answered here
     path.unlink(missing_ok=True)
     return data["payload"]
+
+
+def remove_stale(directory: Path) -> list[str]:
+    """Delete what dead kernels left in ``directory`` (one of our own private directories): handoffs whose writer
+    has ended and that are older than ``MAX_AGE`` (their signature is not checked: they are only deleted, never
+    read further), and half-written temporary files of ended processes. Returns one note per file removed."""
+    notes = []
+    for path in directory.glob("*handoff-*.json*"):
+        try:
+            if path.is_symlink() or not path.is_file():
+                continue
+            age = time.time() - path.stat().st_mtime
+            if path.name.startswith("."):
+                writer = int(path.name.rsplit(".", 2)[-2])
+            else:
+                body = json.loads(json.loads(path.read_text())["body"])
+                writer = int(body.get("pid", -1))
+            if age > MAX_AGE and not _alive(writer):
+                path.unlink()
+                notes.append(f"nb_cudaguard: removed {path.name}, left by a kernel that ended during a restart.")
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue
+    return notes

@@ -1,0 +1,64 @@
+"""The restart under faults a user can cause: a changed temporary directory, a kernel killed in the exec window."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from kernel_helpers import ENV, run_ok, value
+
+from nb_cudaguard.cli.kernelsession import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+LEFTOVERS = """
+import glob, os, nb_cudaguard.replay.handoff as h, nb_cudaguard.carry.place as p
+b = h.binding_for(get_ipython())
+found = glob.glob(str(h.handoff_dir(b, create=False) / f'*handoff-{b.slug}*')) + [
+    d for root in p.roots() for d in glob.glob(str(root / f'carry-{b.slug}'))
+]
+"""
+
+
+@pytest.fixture
+def kernel():
+    with KernelSession(extra_env=ENV) as session:
+        run_ok(session, "%load_ext nb_cudaguard")
+        yield session
+
+
+def test_a_changed_temporary_directory_does_not_lose_the_replay(kernel, tmp_path):
+    run_ok(kernel, "x = 41")
+    run_ok(kernel, f"%env TMPDIR={tmp_path}")
+    run_ok(kernel, "import tempfile\ntempfile.tempdir = None  # as if nothing had asked for it before")
+    run_ok(kernel, "%cudaguard restart --replay all --no-carry")
+    assert value(kernel, "x + 1") == 42  # the new process found the handoff and replayed
+    run_ok(kernel, LEFTOVERS)
+    assert value(kernel, "found") == []
+
+
+def test_a_kernel_killed_in_the_exec_window_leaves_nothing_for_the_next_session(kernel):
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")  # slow to rebuild: carried
+    assert kernel.run("values[0] + missing_name").status == "error"
+    run_ok(
+        kernel,
+        "import os, signal\nimport nb_cudaguard.relaunch.reexec as r\nr.exec_self = lambda argv: os.kill(os.getpid(), signal.SIGKILL)",
+    )
+    first_pid = kernel.pid
+    kernel.kc.execute("%cudaguard restart")
+    deadline = time.monotonic() + 60
+    while kernel.km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kernel.km.is_alive(), "the kernel was to die in the exec window"
+    kernel.km.restart_kernel(now=True)  # the kernel manager brings it back: same connection file, a new process
+    kernel.kc.wait_for_ready(timeout=60)
+    assert kernel.pid != first_pid
+    run_ok(kernel, "%load_ext nb_cudaguard")
+    said = run_ok(kernel, "print('values' in dir())")
+    assert said.stdout.strip().splitlines()[-1] == "False"  # the dead session's cells were not replayed here
+    assert "refused the restart handoff" in said.stdout and "which was ended before it could restart" in said.stdout
+    run_ok(kernel, LEFTOVERS)
+    assert value(kernel, "found") == []  # neither the handoff nor the carried values stay behind
+    os.kill(kernel.pid, 0)  # and the new session goes on
