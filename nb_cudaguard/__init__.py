@@ -5,15 +5,31 @@ Load it with ``%load_ext nb_cudaguard`` (or ``c.InteractiveShellApp.extensions =
 
 from __future__ import annotations
 
-from nb_cudaguard.errors import CudaCheckError
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from nb_cudaguard.errors import CudaCheckError, NbCudaguardError
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nb_cudaguard.extension import CudaGuard
+    from nb_cudaguard.replay.plan import ReplayPlan
 
 __version__ = "0.1.0"
-__all__ = ["CudaCheckError", "get_guard", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "CudaCheckError",
+    "NbCudaguardError",
+    "get_guard",
+    "load_ipython_extension",
+    "restart",
+    "unload_ipython_extension",
+]
 
 _ATTRIBUTE = "_nb_cudaguard"
 
 
-def load_ipython_extension(shell) -> None:
+def load_ipython_extension(shell: InteractiveShell) -> None:
     """Register the hooks, the capture and the magics, once per shell however often it is called."""
     if getattr(shell, _ATTRIBUTE, None) is not None:
         return
@@ -23,7 +39,7 @@ def load_ipython_extension(shell) -> None:
 
     guard = CudaGuard(shell)
     guard.register()
-    guard.magics = [CudaGuardMagics(shell, guard), CudaCheckMagics(shell)]
+    guard.magics = [CudaGuardMagics(shell, guard), CudaCheckMagics(guard.every_cell)]
     for magics in guard.magics:
         shell.register_magics(magics)
     setattr(shell, _ATTRIBUTE, guard)
@@ -35,14 +51,12 @@ def load_ipython_extension(shell) -> None:
     reattach_after_restart(shell, guard)  # a panel that asked for the restart follows the replay
 
 
-def unload_ipython_extension(shell) -> None:
-    guard = getattr(shell, _ATTRIBUTE, None)
+def unload_ipython_extension(shell: InteractiveShell) -> None:
+    guard = get_guard(shell)
     if guard is None:
         return
     guard.unregister()
-    from nb_cudaguard.check.magics import set_every_cell
-
-    set_every_cell(shell, False)
+    guard.every_cell.set(False)
     ours = tuple(guard.magics)
     magics = shell.magics_manager.magics
     for kind in ("line", "cell"):
@@ -54,16 +68,24 @@ def unload_ipython_extension(shell) -> None:
     setattr(shell, _ATTRIBUTE, None)
 
 
-def get_guard(shell=None):
-    """The loaded extension's state (journal, last report), or None if it is not loaded."""
+def get_guard(shell: InteractiveShell | None = None) -> CudaGuard | None:
+    """The loaded extension's session (journal, last report, last replay), or None if it is not loaded."""
     if shell is None:
         from IPython import get_ipython
 
         shell = get_ipython()
-    return getattr(shell, _ATTRIBUTE, None) if shell is not None else None
+    guard: CudaGuard | None = getattr(shell, _ATTRIBUTE, None) if shell is not None else None
+    return guard
 
 
-def restart(replay: str = "minimal", diagnose: bool = False, cells=None, *, shell=None, **options):
+def restart(
+    replay: str = "minimal",
+    diagnose: bool = False,
+    cells: Iterable[int] | None = None,
+    *,
+    shell: InteractiveShell | None = None,
+    **options: Any,
+) -> ReplayPlan:
     """Restart the kernel in place (same PID and ports) and replay what the failing cell needs.
 
     See ``nb_cudaguard.relaunch.restart.restart`` for the options; the restart happens just after the calling cell
@@ -79,4 +101,7 @@ def restart(replay: str = "minimal", diagnose: bool = False, cells=None, *, shel
     if shell is None:
         raise RestartError("nb_cudaguard.restart() runs inside IPython or a Jupyter kernel.")
     load_ipython_extension(shell)
-    return _restart(get_guard(shell), replay=replay, diagnose=diagnose, cells=cells, **options)
+    guard = get_guard(shell)
+    if guard is None:  # load_ipython_extension always leaves one
+        raise RestartError("nb_cudaguard could not be loaded in this shell.")
+    return _restart(guard, replay=replay, diagnose=diagnose, cells=cells, **options)

@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
+from nb_cudaguard.check.magics import EveryCell
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.record.capture import OutputCapture
@@ -66,6 +67,8 @@ class CudaGuard(Configurable):
         self.last_replay: ReplayOutcome | None = None
         # the magics registered for this session, removed again on unload
         self.magics: list[Magics] = []
+        # %cudaguard check on|off: the checks around every cell, shared with %%cudacheck
+        self.every_cell = EveryCell(shell)
         self._current: CellRecord | None = None
         self._started = 0.0
 

@@ -89,12 +89,10 @@ class CudaGuardMagics(Magics):
         run_demo(write=print)
 
     def _cmd_check(self, args) -> None:
-        from nb_cudaguard.check.magics import every_cell, set_every_cell
-
         if args.state is None:
-            print(every_cell(self.shell).describe())
+            print(self.guard.every_cell.describe())
         else:
-            print(set_every_cell(self.shell, args.state == "on", sync=args.sync))
+            print(self.guard.every_cell.turn(args.state == "on", sync=args.sync))
 
     def _cmd_simulate(self, args) -> None:
         from nb_cudaguard import testing

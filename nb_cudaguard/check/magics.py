@@ -20,15 +20,15 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells that may never use it
-    from nb_cudaguard.check.mode import Checker
+    from IPython.core.interactiveshell import InteractiveShell
 
-_EVERY_CELL = "_nb_cudaguard_every_cell"
+    from nb_cudaguard.check.mode import Checker
 
 
 class EveryCell:
     """The checks around every cell of one shell, while ``%cudaguard check on``."""
 
-    def __init__(self, shell) -> None:
+    def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self.enabled = False
         self.sync = False
@@ -66,6 +66,11 @@ class EveryCell:
             self.checker.leave()
             self.checker = None
 
+    def turn(self, enabled: bool, sync: bool = False) -> str:
+        """``%cudaguard check on|off``: set the state and say it, as a line to print."""
+        self.set(enabled, sync)
+        return self.describe()
+
     def describe(self) -> str:
         if not self.enabled:
             return "nb_cudaguard: checks off (turn on for every cell with %cudaguard check on, or use %%cudacheck)"
@@ -73,23 +78,14 @@ class EveryCell:
         return f"nb_cudaguard: every cell runs with assert-prone ops checked{sync}"
 
 
-def every_cell(shell) -> EveryCell:
-    found = getattr(shell, _EVERY_CELL, None)
-    if found is None:
-        found = EveryCell(shell)
-        setattr(shell, _EVERY_CELL, found)
-    return found
-
-
-def set_every_cell(shell, enabled: bool, sync: bool = False) -> str:
-    """``%cudaguard check on|off``: the state, as a line to print."""
-    state = every_cell(shell)
-    state.set(enabled, sync)
-    return state.describe()
-
-
 @magics_class
 class CudaCheckMagics(Magics):
+    """``%%cudacheck``; the session (``CudaGuard``) owns the every-cell state it shares with ``%cudaguard check``."""
+
+    def __init__(self, every_cell: EveryCell) -> None:
+        super().__init__(every_cell.shell)
+        self.every_cell = every_cell
+
     @magic_arguments("%cudacheck")  # the help's usage line adds the other "%"
     @argument("-h", "--help", action="store_true", help="show this help instead of running the cell")
     @argument(
@@ -106,8 +102,7 @@ class CudaCheckMagics(Magics):
         args = parse_argstring(self.cudacheck, line)
         if args.help:
             raise UsageError(self.cudacheck.parser.format_help())
-        state = getattr(self.shell, _EVERY_CELL, None)
-        active = state.checker if state is not None else None
+        active = self.every_cell.checker
         if active is not None and active.active:  # already checked by %cudaguard check on: add --sync only
             previous = active.mode.sync
             active.mode.sync = previous or args.sync
@@ -117,11 +112,11 @@ class CudaCheckMagics(Magics):
                 active.mode.sync = previous
         from nb_cudaguard.check.mode import Checker
 
-        with Checker(sync=args.sync, namespace=self.shell.user_ns):
+        with Checker(sync=args.sync, namespace=self.every_cell.shell.user_ns):
             return self._run(cell)
 
     def _run(self, cell: str):
-        shell = self.shell
+        shell = self.every_cell.shell
         source = shell.transform_cell(cell)
         numbered = "\n" + source  # the body starts on the cell's second line
         filename = shell.compile.cache(numbered, shell.execution_count, raw_code="\n" + cell)
