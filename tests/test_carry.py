@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from nb_cudaguard.carry import value as carry
+from nb_cudaguard.carry.verified import map_verified, read_verified
 
 
 def carried_copy(value, path):
@@ -15,8 +21,8 @@ def carried_copy(value, path):
 
 
 def read_back(measure, directory):
-    stream = carry.read_verified(directory / measure.file, measure.sha256)
-    mapped = carry.map_verified(directory / measure.buffers, measure.buffers_sha256) if measure.buffers else None
+    stream = read_verified(directory / measure.file, measure.sha256)
+    mapped = map_verified(directory / measure.buffers, measure.buffers_sha256) if measure.buffers else None
     return carry.loads(stream, mapped, measure.spans)
 
 
@@ -104,6 +110,8 @@ def test_arrays_come_back_equal_on_the_mapped_file_aligned_writable_as_before_an
     measure = carry.measure("value", value, 10**9, 60.0, tmp_path / "value.pkl")
     assert measure.carriable, measure.reason
     assert all(offset % 64 == 0 for offset, _ in measure.spans) and len(measure.spans) >= 5
+    kept = tmp_path / "kept.buf"
+    os.link(tmp_path / measure.buffers, kept)  # a second name: reading back consumes the first
     copy = read_back(measure, tmp_path)
     pd.testing.assert_frame_equal(copy["frame"], value["frame"])
     for key in ("odd", "fortran", "strided", "empty", "frozen"):
@@ -120,7 +128,7 @@ def test_arrays_come_back_equal_on_the_mapped_file_aligned_writable_as_before_an
     assert isinstance(backing(copy["odd"]), mmap.mmap)  # on the mapped pages: not read, not copied
     assert isinstance(backing(copy["frame"]["price"].to_numpy()), mmap.mmap)
     copy["odd"][:] = 99  # private to this process: the file keeps what was written
-    carry.map_verified(tmp_path / measure.buffers, measure.buffers_sha256)
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == measure.buffers_sha256
 
 
 def test_a_changed_buffer_file_is_refused_before_anything_is_unpickled(tmp_path):
@@ -130,4 +138,27 @@ def test_a_changed_buffer_file_is_refused_before_anything_is_unpickled(tmp_path)
     data[100] ^= 1
     path.write_bytes(bytes(data))
     with pytest.raises(carry.NotCarriable, match=r"value\.buf was changed after it was written"):
-        carry.map_verified(path, measure.buffers_sha256)
+        map_verified(path, measure.buffers_sha256)
+
+
+def test_a_buffer_file_another_process_holds_open_is_refused(tmp_path):
+    """A value must not change after its check: a file someone else can still write to is never mapped."""
+    measure = carry.measure("value", np.arange(1000), 10**9, 60.0, tmp_path / "value.pkl")
+    path = tmp_path / measure.buffers
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, time; f = open({str(path)!r}, 'r+b'); print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(carry.NotCarriable, match="held open by another process"):
+            map_verified(path, measure.buffers_sha256)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not os.path.exists(path)  # consumed either way: no one can open it any more

@@ -62,3 +62,41 @@ def test_a_kernel_killed_in_the_exec_window_leaves_nothing_for_the_next_session(
     run_ok(kernel, LEFTOVERS)
     assert value(kernel, "found") == []  # neither the handoff nor the carried values stay behind
     os.kill(kernel.pid, 0)  # and the new session goes on
+
+
+def test_a_carry_directory_that_is_not_private_calls_the_restart_off_in_one_message_and_leaves_nothing(kernel):
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")
+    assert kernel.run("values[0] + missing_name").status == "error"
+    root = value(kernel, "str(__import__('nb_cudaguard.replay.handoff').replay.handoff.private_dir())")
+    os.chmod(root, 0o755)  # someone made it public: nothing may be written or read there
+    try:
+        result = kernel.run("%cudaguard restart")
+    finally:
+        os.chmod(root, 0o700)
+    assert result.status == "error" and result.error["ename"] == "RestartError"
+    traceback = result.outputs[-1]["traceback"]
+    assert len(traceback) == 1 and "the restart was not started" in traceback[0]
+    assert "--no-carry" in traceback[0] and "not a private directory" in traceback[0]
+    assert value(kernel, "int(values.sum())") == 4999950000  # the session goes on, nothing lost
+    run_ok(kernel, LEFTOVERS)
+    assert value(kernel, "found") == []
+
+
+def test_a_symlink_left_at_the_carry_path_does_not_stop_later_restarts(kernel, tmp_path):
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")
+    assert kernel.run("values[0] + missing_name").status == "error"
+    planted = value(
+        kernel,
+        "str(__import__('nb_cudaguard.carry.place').carry.place.choose_root(10**6)"
+        " / f\"carry-{__import__('nb_cudaguard.replay.handoff').replay.handoff.binding_for(get_ipython()).slug}\")",
+    )
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("not ours")
+    os.symlink(target, planted)
+    run_ok(kernel, "%cudaguard restart")
+    assert value(kernel, "int(values.sum())") == 4999950000  # restarted, and the values came back
+    assert (target / "keep").read_text() == "not ours"  # the link was removed, never followed
+    assert not os.path.lexists(planted)

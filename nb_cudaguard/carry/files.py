@@ -23,7 +23,8 @@ from pathlib import Path
 from nb_cudaguard.carry import place as carry_place
 from nb_cudaguard.carry.manifest import CarriedBuffers, CarriedFile, CarryManifest
 from nb_cudaguard.carry.plan import CarryPlan, build_carry_plan, size_text
-from nb_cudaguard.carry.value import Measure, NotCarriable, loads, map_verified, read_verified
+from nb_cudaguard.carry.value import Measure, NotCarriable, loads
+from nb_cudaguard.carry.verified import map_verified, read_verified
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
 
@@ -34,7 +35,11 @@ def discard_all(binding: handoff.Binding) -> None:
     """Remove this kernel's carried values wherever a restart may have put them (one that never came back, or a
     handoff that was refused)."""
     for root in carry_place.roots():
-        shutil.rmtree(root / f"carry-{binding.slug}", ignore_errors=True)
+        path = root / f"carry-{binding.slug}"
+        if path.is_symlink():  # never followed: whatever it points at is not ours to remove
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_stale_carries() -> list[str]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import io
-import mmap
 import os
 import pickle
 import socket
@@ -359,38 +358,6 @@ def measure(
 def _buffers_path(path: Path) -> Path:
     """Where the out-of-band buffers of the pickle in ``path`` go."""
     return path.with_suffix(".buf")
-
-
-def _open_private(path: Path) -> int:
-    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-
-def read_verified(path: Path, sha256: str) -> bytes:
-    """The bytes of a carried pickle stream, only if they are those the (signed) handoff names. Reading and hashing
-    release the GIL, so this can run beside the replay; unpickling is left to the caller."""
-    with os.fdopen(_open_private(path), "rb") as handle:
-        data = handle.read()
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise NotCarriable(f"{path.name} was changed after it was written")
-    return data
-
-
-def map_verified(path: Path, sha256: str) -> memoryview:
-    """The out-of-band buffers of a carried value, mapped copy-on-write (writable, private to this process; no
-    read, no copy), only if they are those the handoff names. Hashing the mapping faults its pages in beside the
-    replay. The file may be deleted afterwards: the mapping keeps its pages."""
-    fd = _open_private(path)
-    try:
-        if os.fstat(fd).st_size == 0:
-            mapped = memoryview(bytearray())
-        else:
-            mapped = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY))
-    finally:
-        os.close(fd)
-    if hashlib.sha256(mapped).hexdigest() != sha256:
-        mapped.release()
-        raise NotCarriable(f"{path.name} was changed after it was written")
-    return mapped
 
 
 def loads(stream: bytes, mapped: memoryview | None, spans: list[tuple[int, int]]):

@@ -333,9 +333,19 @@ def _stop_pipe_watch(stream, fd: int) -> None:
     while pending_bytes(stream._fid) and time.monotonic() < deadline:
         time.sleep(0.001)
     stream._should_watch = False
-    try:
-        os.write(fd, b"\0")
-    except OSError:
-        pass
+    if _same_pipe(fd, stream._fid):  # a cell that pointed fd at a file keeps that file free of our wake byte;
+        try:  # the reader then sees end-of-file instead and stops by itself
+            os.write(fd, b"\0")
+        except OSError:
+            pass
     stream.watch_fd_thread.join(timeout=_DRAIN_SECONDS)
     os.dup2(stream._original_stdstream_copy, fd)
+
+
+def _same_pipe(write_fd: int, read_fd: int) -> bool:
+    """Is ``write_fd`` still the write end of the pipe ``read_fd`` reads (both ends of a pipe share one inode)?"""
+    try:
+        written, read = os.fstat(write_fd), os.fstat(read_fd)
+    except OSError:
+        return False
+    return (written.st_dev, written.st_ino) == (read.st_dev, read.st_ino)

@@ -162,8 +162,10 @@ class KernelRestart:
 
     async def _abort(self, exc: BaseException) -> None:
         """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
+        from nb_cudaguard.carry.files import discard_all
         from nb_cudaguard.relaunch.resume import show_at_next_cell
 
+        discard_all(self.binding)  # the values it had written for the new process are never read
         self.guard.restarting = False
         failure = (
             f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this kernel goes on as it was."
@@ -180,7 +182,7 @@ class KernelRestart:
         self.options = RestartOptions(self.options.replay, self.options.diagnose, "exit", self.options.carry)
         try:
             self._write(self.children)
-            write_startup_file(self.shell)
+            write_startup_file(self.shell, self.binding.slug)
         finally:
             message = (
                 f"nb_cudaguard: the in-place restart stopped at '{stage}' ({type(exc).__name__}: {exc}); "

@@ -13,7 +13,6 @@ from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay.plan import ReplayPlan
 
 RESTART_STATUS = "restart"
-_STARTUP_FILE = "00-nb_cudaguard-resume.py"
 
 
 def handoff_for(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions, **fields: Any) -> Handoff:
@@ -44,14 +43,15 @@ def mark_restart_cell(record: CellRecord | None) -> None:
         record.status = RESTART_STATUS
 
 
-def write_startup_file(shell) -> Path | None:
+def write_startup_file(shell, slug: str) -> Path | None:
     """A kernel relaunched by its manager uses the kernelspec's argv, so ``--ext`` cannot ride along: a startup
-    file in the profile loads nb_cudaguard there. Every kernel of the profile runs it, so it acts (and deletes
-    itself) only in the kernel that the handoff is bound to."""
+    file in the profile loads nb_cudaguard there. Every kernel of the profile runs every such file, so each is named
+    after its own kernel (two kernels of one profile restarting at once keep one file each), and it acts (and
+    deletes itself) only in the kernel that the handoff is bound to."""
     startup_dir = getattr(getattr(shell, "profile_dir", None), "startup_dir", None)
     if not startup_dir:
         return None
-    path = Path(startup_dir) / _STARTUP_FILE
+    path = Path(startup_dir) / f"00-nb_cudaguard-resume-{slug}.py"
     path.write_text(
         "# Written by nb_cudaguard for the replay after one kernel restart; that kernel deletes it.\n"
         "try:\n"

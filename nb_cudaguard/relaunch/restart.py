@@ -36,7 +36,13 @@ from nb_cudaguard.replay.plan import MODES, ReplayPlan, build_plan
 
 
 class RestartError(NbCudaguardError, RuntimeError):
-    """The restart could not start; the session is unchanged."""
+    """The restart could not start; the session is unchanged.
+
+    IPython shows it as its one message, not as a traceback through nb_cudaguard's modules: what the user needs
+    is why, and what to do instead."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 def restart(
@@ -78,7 +84,16 @@ def restart(
     if (guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
         from nb_cudaguard.carry.files import prepare
 
-        plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
+        try:
+            plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
+        except (OSError, NbCudaguardError) as exc:
+            from nb_cudaguard.carry.files import discard_all
+
+            discard_all(handoff.binding_for(shell))
+            raise RestartError(
+                f"nb_cudaguard: the restart was not started, because the values to carry could not be written "
+                f"({exc}). Nothing changed; `%cudaguard restart --no-carry` restarts without carrying them."
+            ) from None
         if manifest is not None:
             print(carry_plan.to_text(), flush=True)
     options = RestartOptions(replay=replay, diagnose=bool(diagnose), method=method, carry=manifest)

@@ -113,11 +113,11 @@ def _read(source: str, facts: StaticFacts) -> None:
     targets: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = ast.unparse(node.targets[0])
-            targets[id(node.value)] = target
+            name = ast.unparse(node.targets[0])
+            targets[id(node.value)] = name
             value = _int(node.value)
             if value is not None and isinstance(node.targets[0], ast.Name):
-                facts.assigned_ints[target] = Fact(value, _source_line(lines, node), target)
+                facts.assigned_ints[name] = Fact(value, _source_line(lines, node), name)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

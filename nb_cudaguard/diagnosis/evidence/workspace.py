@@ -13,6 +13,7 @@ import ast
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nb_cudaguard.diagnosis.tensors import is_array, is_array_like, is_tensor
 from nb_cudaguard.incident.incident import Incident
@@ -127,9 +128,10 @@ class Workspace:
                 return None
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             base = self._resolve_node(node.value)
+            key: Any = node.slice.value
             if isinstance(base, (Mapping, list, tuple)):
                 try:
-                    return base[node.slice.value]
+                    return base[key]
                 except (KeyError, IndexError, TypeError):
                     return None
         return None
@@ -186,8 +188,11 @@ class Workspace:
             self.models.append(Named(name, module, where))
             if all(c.obj is not config for c in self.configs):
                 self.configs.append(Named(f"{name}.config", config, where))
+        named_modules = getattr(module, "named_modules", None)
+        if not callable(named_modules):
+            return
         try:
-            submodules = module.named_modules(prefix=name)
+            submodules = named_modules(prefix=name)
         except Exception:
             return
         for count, (qualified, sub) in enumerate(submodules):
