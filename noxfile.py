@@ -49,5 +49,10 @@ def tests_oldest(session: nox.Session) -> None:
 def tests_ipykernel6(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", *IPYKERNEL6)
-    kernel_tests = ["tests/test_extension_kernel.py", "tests/test_restart_kernel.py", "tests/test_carry_kernel.py"]
+    kernel_tests = [
+        "tests/test_extension_kernel.py",
+        "tests/test_restart_kernel.py",
+        "tests/test_restart_faults.py",
+        "tests/test_carry_kernel.py",
+    ]
     session.run("pytest", *kernel_tests, "tests/test_runner.py", "tests/test_panel.py", *session.posargs)

@@ -47,14 +47,8 @@ def test_a_kernel_killed_in_the_exec_window_leaves_nothing_for_the_next_session(
         "import os, signal\nimport nb_cudaguard.relaunch.reexec as r\nr.exec_self = lambda argv: os.kill(os.getpid(), signal.SIGKILL)",
     )
     first_pid = kernel.pid
-    kernel.kc.execute("%cudaguard restart")
-    deadline = time.monotonic() + 60
-    while kernel.km.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not kernel.km.is_alive(), "the kernel was to die in the exec window"
-    kernel.km.restart_kernel(now=True)  # the kernel manager brings it back: same connection file, a new process
-    kernel.kc.wait_for_ready(timeout=60)
-    assert kernel.pid != first_pid
+    kernel.kc.execute("%cudaguard restart")  # dies in the exec window
+    _restart_by_manager(kernel, first_pid)
     run_ok(kernel, "%load_ext nb_cudaguard")
     said = run_ok(kernel, "print('values' in dir())")
     assert said.stdout.strip().splitlines()[-1] == "False"  # the dead session's cells were not replayed here
@@ -100,3 +94,32 @@ def test_a_symlink_left_at_the_carry_path_does_not_stop_later_restarts(kernel, t
     assert value(kernel, "int(values.sum())") == 4999950000  # restarted, and the values came back
     assert (target / "keep").read_text() == "not ours"  # the link was removed, never followed
     assert not os.path.lexists(planted)
+
+
+def _restart_by_manager(kernel, first_pid: int) -> None:
+    deadline = time.monotonic() + 60
+    while kernel.km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kernel.km.is_alive(), "the kernel was to die"
+    kernel.km.restart_kernel(now=True)  # the kernel manager brings it back: same connection file, a new process
+    kernel.kc.wait_for_ready(timeout=60)
+    assert kernel.pid != first_pid
+
+
+def test_a_kernel_killed_during_the_replay_leaves_nothing_for_the_next_session(kernel, tmp_path):
+    flag = tmp_path / "kill-during-replay"
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")  # carried
+    run_ok(
+        kernel,
+        f"import os, pathlib, signal\nif pathlib.Path({str(flag)!r}).exists():\n    os.kill(os.getpid(), signal.SIGKILL)",
+    )
+    assert kernel.run("values[0] + missing_name + os.getpid()").status == "error"
+    flag.write_text("")
+    first_pid = kernel.pid
+    kernel.kc.execute("%cudaguard restart --replay all")  # the replayed cell kills the new process
+    _restart_by_manager(kernel, first_pid)
+    run_ok(kernel, "%load_ext nb_cudaguard")
+    assert value(kernel, "'values' in dir()") is False  # a fresh session: nothing replayed into it
+    run_ok(kernel, LEFTOVERS)
+    assert value(kernel, "found") == []
