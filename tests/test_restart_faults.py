@@ -123,3 +123,34 @@ def test_a_kernel_killed_during_the_replay_leaves_nothing_for_the_next_session(k
     assert value(kernel, "'values' in dir()") is False  # a fresh session: nothing replayed into it
     run_ok(kernel, LEFTOVERS)
     assert value(kernel, "found") == []
+
+
+LOOSEN = """
+import os, nb_cudaguard.replay.handoff as handoff
+real_write = handoff.write
+def write_then_loosen(binding, payload):
+    path = real_write(binding, payload)
+    os.chmod(path, 0o640)  # group-readable: refused, but its kept requests are still answered
+    return path
+handoff.write = write_then_loosen
+"""
+
+
+def test_a_refused_handoff_still_answers_every_request_kept_in_it(kernel):
+    run_ok(kernel, "marker = 1")
+    run_ok(kernel, LOOSEN)
+    kc = kernel.kc
+    restart_id = kc.execute("%cudaguard restart --replay all")
+    kept_ids = [kc.execute(f"print({n})") for n in range(3)]  # sent during the restart
+    replies: dict[str, str] = {}
+    deadline = time.monotonic() + 120
+    while len(replies) < 4 and time.monotonic() < deadline:
+        msg = kc.get_shell_msg(timeout=120)
+        replies[msg["parent_header"]["msg_id"]] = msg["content"]
+    assert replies[restart_id]["status"] == "ok"
+    statuses = [replies[msg_id]["status"] for msg_id in kept_ids]  # each got exactly one reply
+    refused = [replies[msg_id] for msg_id in kept_ids if replies[msg_id]["status"] == "error"]
+    assert all("was sent while the kernel restarted" in content["evalue"] for content in refused)
+    # the first refused request fails as a cell would, and the kernel aborts the ones queued behind it
+    assert set(statuses) <= {"ok", "error", "aborted"} and (not refused or statuses[0] in ("ok", "error")), statuses
+    assert value(kernel, "'marker' in globals()") is False  # nothing in the refused handoff was run

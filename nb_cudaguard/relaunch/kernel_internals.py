@@ -32,6 +32,9 @@ _DRAIN_SECONDS = 1.0
 # is back on iopub (its welcome message, or its TCP connection), or at the latest this long after the sockets were
 # bound; on a loaded machine a client's iopub can take most of a second to come back.
 _CLIENT_WAIT = 1.0
+# How long a client's TCP connection to iopub must have stood before it counts as subscribed (see clients_are_back).
+_SUBSCRIBE_GRACE = 0.3
+_PEER_SINCE: dict[int, float] = {}
 
 
 # --- the request being answered
@@ -253,37 +256,64 @@ async def wait_for_clients(kernel) -> None:
 
 
 def clients_are_back(kernel) -> bool:
-    """Has a client come back to iopub (so that what is published now reaches it)?"""
-    return clients_back(kernel).is_set() or _iopub_peer(kernel)
+    """Has a client subscribed to iopub again (so that what is published now reaches it)?
+
+    ipykernel 7 says so with its welcome message, when ``clients_back`` watched for it from before the client came.
+    Otherwise (ipykernel 6 has a PUB socket and no welcome; on 7 the first welcome may have gone out before the
+    extension loaded) the one sign is the client's TCP connection to the iopub port, and its subscription follows
+    that connection's handshake: a peer counts once it has stayed connected for ``_SUBSCRIBE_GRACE``, never at
+    once (a request answered the moment the socket reconnected lost its output to a client not yet subscribed).
+    """
+    watch = _welcome_watch(kernel)
+    if watch is not None and watch.clients_back.is_set():
+        return True
+    if watch is not None and not watch.peer_at_install:
+        return False  # the welcome will come, and only it proves the subscription
+    seen = _PEER_SINCE.get(id(kernel))
+    if not _iopub_peer(kernel):
+        _PEER_SINCE.pop(id(kernel), None)
+        return False
+    now = time.monotonic()
+    if seen is None:
+        _PEER_SINCE[id(kernel)] = now
+        return False
+    return now - seen >= _SUBSCRIBE_GRACE
 
 
 def _iopub_peer(kernel) -> bool:
-    """A client's TCP connection to the iopub port: its subscription follows in the same handshake. The one sign on
-    ipykernel 6 (a PUB socket, no welcome message), and on ipykernel 7 the sign that the first welcome went out
-    before ``clients_back`` could watch for it (the extension loads after the kernel binds)."""
+    """A client's TCP connection to the iopub port."""
     socket = getattr(getattr(kernel, "iopub_thread", None), "socket", None)
     return socket is not None and bool(tcp_peer_fds(socket))
 
 
 def clients_back(kernel) -> threading.Event:
-    """Set when a client subscribes to iopub again (ipykernel then sends its welcome message): replies and output
+    """Set when a client subscribes to iopub again (ipykernel 7 then sends its welcome message): replies and output
     sent before that would be dropped. One wrapper per process, shared by every waiter."""
+    watch = _welcome_watch(kernel, install=True)
+    return watch.clients_back if watch is not None else threading.Event()
+
+
+def _welcome_watch(kernel, install: bool = False) -> _WelcomeWatch | None:
     iopub = getattr(kernel, "iopub_thread", None)
     welcome = getattr(iopub, "_send_welcome_message", None)
     if iopub is None or welcome is None:
-        return threading.Event()
+        return None
     if isinstance(welcome, _WelcomeWatch):
-        return welcome.clients_back
-    watch = _WelcomeWatch(welcome)
+        return welcome
+    if not install:
+        return None
+    watch = _WelcomeWatch(welcome, peer_at_install=_iopub_peer(kernel))
     iopub._send_welcome_message = watch
-    return watch.clients_back
+    return watch
 
 
 class _WelcomeWatch:
-    """iopub's welcome sender, wrapped on the instance: sets ``clients_back`` before each welcome is sent."""
+    """iopub's welcome sender, wrapped on the instance: sets ``clients_back`` before each welcome is sent.
+    ``peer_at_install``: a client was connected already, so its welcome may have gone out before the wrapper."""
 
-    def __init__(self, send: Callable[[str], object]) -> None:
+    def __init__(self, send: Callable[[str], object], peer_at_install: bool) -> None:
         self.send = send
+        self.peer_at_install = peer_at_install
         self.clients_back = threading.Event()
 
     def __call__(self, subscription: str) -> object:

@@ -180,6 +180,21 @@ def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffErr
     return HandoffError(message, document)
 
 
+def _unverified(path: Path) -> dict | None:
+    """What a refused handoff says, unverified, where it can be read at all: only its kept requests are ever used,
+    and each of those is signed by its own client with the kernel's key (checked one by one before it is answered
+    with an error, never run), so a refused file still gets every genuine request it holds a reply."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = json.loads(json.loads(handle.read(_MAX_BYTES))["body"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _not_for_this_process(data: dict) -> str | None:
     """Why a genuine handoff of this kernel is still not for this process, or None."""
     age = time.time() - float(data.get("written", 0))
@@ -211,13 +226,18 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise HandoffError(f"nb_cudaguard: cannot open the restart handoff {path} ({exc}); nothing was run.") from exc
+        document = _unverified(path)
+        path.unlink(missing_ok=True)
+        raise HandoffError(
+            f"nb_cudaguard: cannot open the restart handoff {path} ({exc}); nothing was run, and it was removed.",
+            document,
+        ) from exc
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            raise _refuse(
-                path, f"it is not a private file of this user (owner {info.st_uid}, mode {oct(info.st_mode & 0o777)})"
-            )
+            mode = oct(info.st_mode & 0o777)
+            reason = f"it is not a private file of this user (owner {info.st_uid}, mode {mode})"
+            raise _refuse(path, reason, _unverified(path))
         if info.st_size > _MAX_BYTES:
             raise _refuse(path, f"it is too large ({info.st_size} bytes)")
         raw = handle.read()
@@ -225,7 +245,7 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
         document = json.loads(raw)
         body, mac = document["body"], document["mac"]
     except (ValueError, KeyError, TypeError):
-        raise _refuse(path, "it is not a handoff file (unreadable JSON)")
+        raise _refuse(path, "it is not a handoff file (unreadable JSON)", _unverified(path))
     try:
         data = json.loads(body)
     except (TypeError, ValueError):
