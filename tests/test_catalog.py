@@ -19,11 +19,13 @@ SAMPLES = {
     "hardware_stack_error": ("CUDA error: hardware stack error", True),
     "invalid_program_counter": ("CUDA error: invalid program counter", True),
     "launch_timeout": ("CUDA error: the launch timed out and was terminated", True),
-    "cublas_execution_failed": (
+    "cublas_failure": (
         "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k)`",
         True,
     ),
-    "cudnn_execution_failed": ("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", True),
+    "cudnn_not_supported": ("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in", False),
+    "cudnn_failure": ("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", True),
+    "thrust_synchronize": ("RuntimeError: copy_if failed to synchronize: device-side assert triggered", True),
     "hip_error": ("torch.AcceleratorError: HIP error: device-side assert triggered", True),
     "out_of_memory": ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.90 GiB total capacity)", False),
     "no_kernel_image": ("CUDA error: no kernel image is available for execution on the device", False),
@@ -33,6 +35,10 @@ SAMPLES = {
     "cpu_index_out_of_range_in_self": ("IndexError: index out of range in self", None),
     "cpu_index_bounds": ("IndexError: index 15 is out of bounds for dimension 0 with size 10", None),
     "cpu_take_bounds": ("IndexError: out of range: tried to access index 10 on a tensor of 10 elements.", None),
+    "cpu_index_select_th": (
+        "RuntimeError: index out of range at /pytorch/aten/src/TH/generic/THTensorEvenMoreMath.cpp:191",
+        None,
+    ),
     "cpu_embedding_bag": (
         "RuntimeError: Index 0 of input takes value 10 which is not in the valid range [0, 10)",
         None,
@@ -110,3 +116,122 @@ def test_distinct_assertions_are_bounded():
     for n in range(10):
         collector.feed_line(f"a/Loss.cu:{n}: k: block: [0,0,0], thread: [0,0,0] Assertion `x` failed.")
     assert len(collector.records) == 3 and collector.dropped == 7
+
+
+# Secondary symptoms in every wording PyTorch has printed (0.4 to 2.x): each is a CUDA error, sticky, and marked as
+# following an earlier failure rather than naming an op.
+SECONDARY_WORDINGS = {
+    "cublas_failure": (
+        "RuntimeError: cublas runtime error : library not initialized at /pytorch/aten/src/THC/THCGeneral.cpp:216",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "RuntimeError: cublas runtime error : resource allocation failed at THCGeneral.cpp:250",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb`",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`",
+    ),
+    "cudnn_failure": (
+        "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_MAPPING_ERROR",
+    ),
+    "illegal_memory_access": (
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "an illegal memory access was encountered",
+        "RuntimeError: CUDA error: an illegal memory acess was encountered",
+        "terminate called after throwing an instance of 'c10::CUDAError' what(): an illegal memory access",
+    ),
+    "thrust_synchronize": (
+        "RuntimeError: copy_if failed to synchronize: device-side assert triggered",
+        "RuntimeError: copy_if failed to synchronize: cudaErrorAssert: device-side assert triggered",
+        "RuntimeError: reduce failed to synchronize: device-side assert triggered",
+    ),
+    "unspecified_launch_failure": ("RuntimeError: CUDA error: unspecified launch failure",),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [(n, t) for n, texts in SECONDARY_WORDINGS.items() for t in texts], ids=lambda v: str(v)[:40]
+)
+def test_secondary_symptoms_are_cuda_errors_that_follow_an_earlier_failure(name, text):
+    assert catalog.is_cuda_text(text)
+    assert catalog.sticky_verdict(text) is True
+    assert name in [e.name for e in catalog.secondary_symptoms(text)]
+    assert [h.family for h in catalog.hits_for(text, []) if h.family != "other"] == []  # no op named by it
+
+
+# Conditions and kernels of the THC/THCUNN era (0.4 to 1.x), as their assert() printed them.
+OLDER_LINES = {
+    "/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:108: void cunn_ClassNLLCriterion_updateOutput_kernel(Dtype *, "
+    "Dtype *, Dtype *, long *, Dtype *, int, int, int, int, long) [with Dtype = float, Acctype = float]: "
+    "block: [0,0,0], thread: [7,0,0] Assertion `t >= 0 && t < n_classes` failed.": "label_out_of_range",
+    "/pytorch/aten/src/THC/THCTensorIndex.cu:361: void indexSelectLargeIndex(TensorInfo<T, IndexType>, "
+    "TensorInfo<T, IndexType>, TensorInfo<long, IndexType>, int, int, IndexType, IndexType, long) [with T = float, "
+    "IndexType = unsigned int, DstDim = 2, SrcDim = 2, IdxDim = -2, IndexIsMajor = true]: block: [22,0,0], "
+    "thread: [27,0,0] Assertion `srcIndex < srcSelectDimSize` failed.": "embedding_index_out_of_range",
+    "/pytorch/aten/src/THC/THCTensorRandom.cuh:185: void sampleMultinomialOnce(long *, long, int, T *, T *, int, "
+    "int) [with T = float, AccT = float]: block: [0,0,0], thread: [0,0,0] Assertion "
+    "`THCNumerics<T>::ge(val, zero)` failed.": "multinomial_invalid_probs",
+    "/pytorch/aten/src/THCUNN/BCECriterion.cu:42: Acctype bce_functor<Dtype, Acctype>::operator()(Tuple) [with "
+    "Tuple = thrust::tuple<float, float>, Dtype = float, Acctype = float]: block: [0,0,0], thread: [0,0,0] "
+    "Assertion `input >= 0. && input <= 1.` failed.": "bce_input_range",
+    "/pytorch/aten/src/THC/THCTensorScatterGather.cu:188: void THCudaTensor_scatterFillKernel(TensorInfo<Real, "
+    "IndexType>, TensorInfo<long, IndexType>, Real, int, IndexType) [with IndexType = unsigned int, Real = float, "
+    "Dims = 2]: block: [4,0,0], thread: [32,0,0] Assertion `indexValue >= 0 && indexValue < tensor.sizes[dim]` "
+    "failed.": "gather_scatter_index",
+}
+
+
+@pytest.mark.parametrize(("line", "family"), OLDER_LINES.items(), ids=lambda v: str(v)[:50])
+def test_older_assertion_lines_are_recognised(line, family):
+    [record] = parse_assertions(line)
+    assert catalog.lookup_assertion(record).family == family
+
+
+def test_a_known_kernel_names_its_op_when_the_condition_is_unknown():
+    line = (
+        "/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:60: void cunn_ClassNLLCriterion_updateOutput_kernel1(Dtype *) "
+        "[with Dtype = float]: block: [0,0,0], thread: [0,0,0] Assertion `t >= 0 && t < n_classes && t != x` failed."
+    )
+    [record] = parse_assertions(line)
+    assert catalog.lookup_assertion(record).family == "label_out_of_range"
+    generic = parse_assertions(line.replace("cunn_ClassNLLCriterion_updateOutput_kernel1(Dtype *)", "operator()"))
+    assert catalog.lookup_assertion(generic[0]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "family"),
+    [
+        (
+            "RuntimeError: cuda runtime error (710) : device-side assert triggered at "
+            "/pytorch/aten/src/THCUNN/generic/ClassNLLCriterion.cu:115",
+            "label_out_of_range",
+        ),
+        (
+            "RuntimeError: cuda runtime error (59) : device-side assert triggered at "
+            "/opt/conda/conda-bld/pytorch_1565272279342/work/aten/src/THC/generic/THCTensorScatterGather.cu:380",
+            "gather_scatter_index",
+        ),
+        (
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCTensorScatterGather.cu line=380 error=59 : "
+            "device-side assert triggered",
+            "gather_scatter_index",
+        ),
+    ],
+)
+def test_an_old_error_names_the_kernel_file_it_was_noticed_in(text, family):
+    assert [h.family for h in catalog.hits_for(text, []) if h.family != "other"] == [family]
+
+
+def test_a_copy_or_storage_file_names_no_op():
+    text = "cuda runtime error (59) : device-side assert triggered at /pytorch/torch/lib/THC/generic/THCTensorCopy.c:70"
+    assert [h.family for h in catalog.hits_for(text, []) if h.family != "other"] == []
+
+
+def test_an_assertion_quoted_without_its_kernel_line_is_recognised():
+    wrapped = (
+        "indexSelectLargeIndex: block: [120,0,0], thread: [24,0,0] Assertion `srcIndex < srcSelectDimSize\n` failed."
+    )
+    assert [r.condition for r in catalog.bare_assertions(wrapped)] == ["srcIndex < srcSelectDimSize"]
+    thnn = "RuntimeError: Assertion `cur_target >= 0 && cur_target < n_classes' failed.  at THNN/ClassNLLCriterion.c:93"
+    [hit] = catalog.hits_for(thnn, [])
+    assert hit.family == "label_out_of_range"

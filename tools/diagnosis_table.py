@@ -1,13 +1,14 @@
-"""Write docs/diagnosis.md: every scenario (CPU and simulated CUDA) and every corpus log, with the family found.
+"""Write docs/diagnosis.md: the corpus's held-out figures first, the dev half beside them, then every scenario.
 
     PYTHONPATH=. python tools/diagnosis_table.py
 
-The numbers are measured each time this runs; nothing in the document is typed by hand except the prose.
+The numbers are measured each time this runs; nothing in the document is typed by hand except the prose. The
+held-out half appears only in aggregate (per family, per kind of log), never case by case; the dev half is listed
+log by log, since it is the half rules are tuned on.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -15,10 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "scenarios"))
 
+sys.path.insert(0, str(ROOT / "tools"))
+import corpus_score  # noqa: E402
 import runner  # noqa: E402
-
-from nb_cudaguard.diagnosis import diagnose  # noqa: E402
-from nb_cudaguard.incident.logparse import incident_from_log  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -73,32 +73,41 @@ def scenarios_section() -> list[str]:
 
 
 def corpus_section() -> list[str]:
-    entries = json.loads((CORPUS / "corpus.json").read_text())
-    out = ["| log | confirmed family | top family | rank | confidence | source |", "|---|---|---|---|---|---|"]
-    rows = []
-    for entry in entries:
-        code = (CORPUS / entry["code"]).read_text() if "code" in entry else None
-        diagnosis = diagnose(incident_from_log((CORPUS / entry["log"]).read_text()), code=code)
-        families = [c.family for c in diagnosis.causes]
-        rank = families.index(entry["family"]) + 1 if entry["family"] in families else None
-        top = diagnosis.top
-        with_code = " (+ code)" if code else ""
-        out.append(
-            f"| {entry['id']}{with_code} | {entry['family']} | {top.family if top else '-'} | {rank or '-'} | "
-            f"{top.confidence:.0%} | [{_cell(entry['url'].split('github.com/')[1])}]({entry['url']}) |"
-        )
-        rows.append((entry["family"], rank == 1))
-    overall, per_family = _accuracy(rows)
+    scored = corpus_score.scored_corpus()
+    held_out = [x for x in scored if x.entry["split"] == "held_out"]
+    dev = [x for x in scored if x.entry["split"] == "dev"]
     head = [
-        "## Corpus of real logs",
+        "## Corpus of real logs: held-out half first",
         "",
-        f"Top-1 family: **{overall}** over {len(entries)} logs users posted in public issue threads",
-        "(`tests/corpus/corpus.json`: source, confirmed cause, how it was confirmed; some with the thread's code,",
-        "given as `explain LOG --code FILE`).",
+        f"{len(scored)} logs users posted in public threads (`tests/corpus/corpus.json`: source, confirmed cause, how",
+        "it was confirmed; some with the thread's code, given as `explain LOG --code FILE`), split once by a hash of",
+        f"the source into `held_out` ({len(held_out)}) and `dev` ({len(dev)}) before any rule was written. Rules",
+        "and the prior (`data/priors.json`, `tools/build_priors.py`) are built from the dev half only; each dev log",
+        "is scored with a prior counted without it (leave-one-out). The held-out half is scored, never read.",
         "",
-        "Per family: " + ", ".join(f"`{f}` {v}" for f, v in per_family.items()) + ".",
+        "Measured with `PYTHONPATH=. python tools/corpus_score.py` (the same figures). The issue's target (held-out",
+        "top-1 family >= 80 %, right group >= 92 %) is **not** reached; `tests/test_diagnose_corpus.py` asserts the",
+        "figures below as floors.",
         "",
+        *corpus_score.summary(scored),
+        "",
+        "Kinds of log: `assertion` (a device assertion line is printed), `frames` (a traceback with library frames,",
+        "no assertion), `generic` (only the generic CUDA message and the user's own frames); `with code` overlaps.",
+        "",
+        "### Dev half, log by log",
+        "",
+        "| log | confirmed family | top family | rank | confidence | kind |",
+        "|---|---|---|---|---|---|",
     ]
+    out = []
+    for row in dev:
+        entry = row.entry
+        rank = row.families.index(entry["family"]) + 1 if entry["family"] in row.families else None
+        with_code = " (+ code)" if row.with_code else ""
+        out.append(
+            f"| [{_cell(entry['id'])}]({entry['url']}){with_code} | {entry['family']} | "
+            f"{row.families[0] if row.families else '-'} | {rank or '-'} | {row.confidence:.0%} | {row.kind} |"
+        )
     return head + out + [""]
 
 
@@ -110,16 +119,22 @@ def main() -> None:
         f"{__import__('torch').__version__}, CPU). Re-run it after changing a rule.",
         "",
         "How a diagnosis is made: `nb_cudaguard/diagnosis/engine.py` (ranking) and `nb_cudaguard/diagnosis/evidence/`",
-        "(the workspace scan, the static facts, the traceback hints and one analyser per group of families).",
+        "(the workspace scan, the static facts, the traceback hints, one analyser per group of families, and the",
+        "prior: how often each family caused the same symptom in the corpus's dev half).",
         "",
     ]
-    lines += scenarios_section() + corpus_section()
+    lines += corpus_section() + scenarios_section()
     lines += [
         "## Known misses",
         "",
-        "A log that holds only `srcIndex < srcSelectDimSize` (or `index out of range in self`) and no frame or",
-        "code naming the table cannot say whether token ids, positions or token types overflowed: the diagnosis",
-        "ranks the generic `embedding_index_out_of_range` first and its note says so, asking for the code.",
+        "- Within a group the log often holds nothing that separates the families: `srcIndex < srcSelectDimSize`",
+        "  alone does not say whether token ids, positions or token types overflowed, and `t >= 0 && t < n_classes`",
+        "  does not say whether the labels or the head are wrong (`label_out_of_range` against",
+        "  `num_classes_mismatch`). The family is then the prior's, with a confidence of about the prior's share and",
+        "  a note that says so and names `%%cudacheck` as the step that decides.",
+        "- A log with only the generic message, a cuBLAS/cuDNN error or `copy_if failed to synchronize` is ranked by",
+        "  the prior for that symptom and the kinds of model its frames and words show: the right group more often",
+        "  than not, the right family much less often.",
         "",
     ]
     (ROOT / "docs" / "diagnosis.md").write_text("\n".join(lines))

@@ -11,7 +11,9 @@ Three kinds of evidence are combined:
 
 The analysers refine a group into a family. A family consistent with the printed assertion inherits its
 support; one that contradicts it keeps half of its own. Several pieces of evidence for one family add up as
-independent odds (1 - Π(1 - c)).
+independent odds (1 - Π(1 - c)). Where nothing narrows a group to one family, or nothing names a group at all,
+the families are ranked by how often they caused this symptom in the corpus (``evidence.prior``): a low, labelled
+confidence, never an empty answer for a CUDA error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence, cause_from_check
-from nb_cudaguard.diagnosis.evidence import classes, embeddings, indexing, losses, textual
+from nb_cudaguard.diagnosis.evidence import classes, embeddings, indexing, losses, prior, textual
 from nb_cudaguard.diagnosis.evidence.context import Context
 from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
 from nb_cudaguard.diagnosis.evidence.workspace import build_workspace
@@ -46,6 +48,13 @@ _ALSO_SUPPORTED_BY = {
     "dtype": ("class_index", "embedding", "index"),
 }
 _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
+_VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
+PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
+PRIOR_FAMILIES = 3  # families the prior adds on its own when nothing names a group
+DECIDE = (
+    "The step that decides: re-run the failing cell under %%cudacheck (in a notebook with nb_cudaguard loaded: "
+    "restart, replay and diagnose), which stops the op before it runs and names the values."
+)
 
 
 def _combine(*confidences: float) -> float:
@@ -100,7 +109,13 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
     hints = textual.hints_for(incident)
     plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
     if plain_python_error and code is None and not asserted and not hints:
+        if incident.health.source == "log":
+            diagnosis.notes.append(
+                "Nothing in this log is a CUDA error, a device assertion or a frame in torch, so no cause is "
+                f"ranked. If it came from a GPU run, the CUDA error was cut off: paste the whole output. {DECIDE}"
+            )
         return diagnosis  # the user's tensors have nothing to do with it
+    ranking = prior.prior_for(incident) if not plain_python_error or asserted or hints else None
     expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,
@@ -115,12 +130,14 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = _rank(asserted, hints, found)
+    diagnosis.causes = _rank(asserted, hints, found, ranking)
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 
 
-def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cause]) -> list[Cause]:
+def _rank(
+    asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cause], ranking: prior.Prior | None
+) -> list[Cause]:
     group_support: dict[str, Cause] = {}
     for cause in asserted.values():
         group = group_of(cause.family)
@@ -133,7 +150,13 @@ def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cau
         if known is None or known.confidence < cause.confidence:
             merged[cause.family] = cause
             own[cause.family] = cause.confidence
+    group_hints: dict[str, textual.Hint] = {}
     for hint in hints:
+        if hint.group_only:
+            known_hint = group_hints.get(group_of(hint.family))
+            if known_hint is None or known_hint.weight < hint.weight:
+                group_hints[group_of(hint.family)] = hint
+            continue
         evidence = Evidence("traceback", hint.text, direct=False)
         if hint.family in merged:
             merged[hint.family].evidence.append(evidence)
@@ -151,23 +174,67 @@ def _rank(asserted: dict[str, Cause], hints: list[textual.Hint], found: list[Cau
         else:
             merged[family] = cause
             own[family] = 0.0
+    if ranking is not None:
+        _add_prior_candidates(merged, own, group_support, group_hints, ranking, asserted)
     for family, cause in merged.items():
         group = group_of(family)
         others = _NAN_SUPPORTED_BY if family == "nan_or_inf" else _ALSO_SUPPORTED_BY.get(group, ())
         candidates = [group_support[g] for g in (group, *others) if g in group_support]
         support = max(candidates, key=lambda c: c.confidence, default=None)
+        within = ranking.within_group(family) if ranking is not None else 1.0
         if support is not None:
-            cause.confidence = _combine(support.confidence, own[family])
+            if own[family] > 0 or ranking is None or group_of(support.family) != group:
+                cause.confidence = _combine(support.confidence, own[family])
+            else:  # the group is known, the family within it only by the prior
+                cause.confidence = support.confidence * within
+                cause.evidence.append(_prior_evidence(ranking, family, within_group=True))
             if support.family != family:
                 cause.evidence = cause.evidence + support.evidence  # the user's values first, the assertion after
         elif group_support and family != "other":
             cause.confidence = own[family] * CONTRADICTION
+        elif family != "other" and ranking is not None:
+            by_group = group_hints[group].weight * within if group in group_hints else 0.0
+            by_prior = PRIOR_WEIGHT * ranking.share(family)
+            cause.confidence = _combine(own[family], by_group, by_prior)
+            if group in group_hints:
+                cause.evidence.append(Evidence("traceback", group_hints[group].text, direct=False))
+            cause.evidence.append(_prior_evidence(ranking, family, within_group=group in group_hints))
         else:
             cause.confidence = max(own[family], cause.confidence if family in asserted else 0.0)
     ranked = sorted(merged.values(), key=lambda c: (c.family == "other", -c.confidence))
     if ranked and ranked[0].family != "other" and ranked[0].confidence >= 0.5:
         ranked = [c for c in ranked if c.family != "other"]  # "a kernel failed" adds nothing to a named cause
     return ranked
+
+
+def _add_prior_candidates(
+    merged: dict[str, Cause],
+    own: dict[str, float],
+    group_support: dict[str, Cause],
+    group_hints: dict[str, textual.Hint],
+    ranking: prior.Prior,
+    asserted: dict[str, Cause],
+) -> None:
+    """The families the prior puts forward: every family of a group the log names (the assertion, or the frames
+    when there is no assertion), and the most frequent ones when nothing names a group."""
+    named_groups = set(group_support) or set(group_hints)
+    wanted = [f for f, _ in ranking.ranked() if group_of(f) in named_groups]
+    if not named_groups:
+        wanted = [f for f, _ in ranking.ranked()[:PRIOR_FAMILIES]]
+    for family in wanted:
+        if family not in merged:
+            merged[family] = Cause(family, 0.0, summary_of(family), _fix_for(family, asserted), [])
+            own[family] = 0.0
+
+
+def _prior_evidence(ranking: prior.Prior, family: str, *, within_group: bool) -> Evidence:
+    if within_group:
+        share = ranking.within_group(family)
+        where = f"{share:.0%} of the {group_of(family)}-group causes"
+    else:
+        share = ranking.share(family)
+        where = f"{share:.0%} of the causes"
+    return Evidence("prior", f"prior, not evidence about this log: {where} among {ranking.describe()}", direct=False)
 
 
 def _fix_for(family: str, asserted: dict[str, Cause]) -> str:
@@ -187,6 +254,23 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
             "CPU copies and the source."
         )
     top = diagnosis.top
+    if top is not None and any(e.kind == "prior" for e in top.evidence):
+        if all(e.kind in ("prior", "error_text", "assertion") for e in top.evidence):
+            notes.append(
+                f"`{top.family}` is ranked first by a prior (how often each family caused this symptom in the "
+                f"corpus), not by anything in this log that names it. {DECIDE}"
+            )
+        else:
+            decided = next(e for e in top.evidence if e.kind not in ("prior", "error_text", "assertion"))
+            notes.append(f"Narrowed to `{top.family}` by: {decided.text}.")
+    elif top is not None and top.family != "other" and not any(e.direct for e in top.evidence):
+        notes.append(
+            f"Inferred: no printed assertion and no value read names `{top.family}`; the traceback and the code "
+            f"point at it. {DECIDE}"
+        )
+    elif top is not None and top.family != "other" and not any(e.kind in _VALUES for e in top.evidence):
+        direct = next(e for e in top.evidence if e.direct)
+        notes.append(f"Ranked first by: {direct.text}. No value was read to confirm it. {DECIDE}")
     if top is None:
         notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
     elif top.family == "illegal_memory_access":

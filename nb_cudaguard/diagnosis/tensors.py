@@ -2,10 +2,12 @@
 
 The diagnosis runs right after a failure, in the user's process, often next to multi-gigabyte tensors, and
 sometimes with a poisoned CUDA context. So: values are read only where that is safe (CPU tensors and NumPy
-arrays always, CUDA tensors only while the context is healthy, meta tensors never); a tensor larger than
-``EXACT_LIMIT`` elements is read through a strided view of at most ``SAMPLE_LIMIT`` elements (no copy of the
-whole); and every torch op runs inside ``probe.internal_use()``, so that the simulated poisoned context in
-``nb_cudaguard.testing`` lets the extension's own reads through, like a real diagnosis reading CPU copies.
+arrays always, CUDA tensors only while the context is healthy, meta tensors never), a rule decided from metadata
+alone (``.device``), so a poisoned device is never touched; a tensor larger than ``EXACT_LIMIT`` elements is read
+through a strided view of at most ``SAMPLE_LIMIT`` elements (no copy of the whole); and every read runs inside
+``probe.internal_use()``, which opens nothing: the simulated GPU of ``nb_cudaguard.testing`` refuses the
+extension's reads of a poisoned device exactly as it refuses the user's, and counts them, so a test can prove
+that none is attempted.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from nb_cudaguard.incident.probe import internal_use
 
@@ -24,39 +27,39 @@ SHOWN = 5  # offending values and positions quoted in a report
 INT64_MIN = -(2**63)  # what a NaN becomes when cast to an integer index on CPU and on CUDA
 
 
-def is_tensor(obj: object) -> bool:
+def is_tensor(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def is_array(obj: object) -> bool:
+def is_array(obj: Any) -> bool:
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(obj, numpy.ndarray)
 
 
-def is_array_like(obj: object) -> bool:
+def is_array_like(obj: Any) -> bool:
     return is_tensor(obj) or is_array(obj)
 
 
-def device_of(obj: object) -> str:
+def device_of(obj: Any) -> str:
     return str(obj.device) if is_tensor(obj) else "cpu"
 
 
-def dtype_of(obj: object) -> str:
+def dtype_of(obj: Any) -> str:
     return str(obj.dtype).replace("torch.", "")
 
 
-def shape_of(obj: object) -> tuple[int, ...]:
+def shape_of(obj: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in obj.shape)
 
 
-def is_integral(obj: object) -> bool:
+def is_integral(obj: Any) -> bool:
     if is_tensor(obj):
         return not obj.dtype.is_floating_point and not obj.dtype.is_complex and obj.dtype != _torch().bool
     return obj.dtype.kind in "iu"
 
 
-def is_floating(obj: object) -> bool:
+def is_floating(obj: Any) -> bool:
     if is_tensor(obj):
         return obj.dtype.is_floating_point
     return obj.dtype.kind == "f"
@@ -66,7 +69,7 @@ def _torch():
     return sys.modules["torch"]
 
 
-def readable(obj: object, health_state: str) -> tuple[bool, str]:
+def readable(obj: Any, health_state: str) -> tuple[bool, str]:
     """Whether reading values is safe now, and if not, why (said in the report, so the user knows what was inferred)."""
     if is_array(obj):
         return True, ""
@@ -80,7 +83,7 @@ def readable(obj: object, health_state: str) -> tuple[bool, str]:
     return False, f"on {obj.device}: values not read because the CUDA context is {health_state}"
 
 
-def _strided_view(obj: object, limit: int):
+def _strided_view(obj: Any, limit: int):
     """A view (never a copy) holding at most about ``limit`` elements spread over the whole tensor."""
     view = obj
     while _numel(view) > limit:
@@ -96,7 +99,7 @@ def _strided_view(obj: object, limit: int):
     return view
 
 
-def _sample(obj: object):
+def _sample(obj: Any):
     """At most SAMPLE_LIMIT elements as a contiguous copy: runs of adjacent elements touch few pages and cache lines."""
     if is_tensor(obj) and obj.is_contiguous():
         flat = obj.detach().view(-1)
@@ -112,11 +115,11 @@ def _sample(obj: object):
     return view.contiguous() if is_tensor(view) else sys.modules["numpy"].ascontiguousarray(view)
 
 
-def _numel(obj: object) -> int:
+def _numel(obj: Any) -> int:
     return int(obj.numel()) if is_tensor(obj) else int(obj.size)
 
 
-def _flat_values(obj: object, limit: int):
+def _flat_values(obj: Any, limit: int):
     """Flat CPU values (torch or NumPy), and whether they are a sample."""
     sampled = _numel(obj) > limit
     view = _sample(obj) if sampled else obj
@@ -180,7 +183,7 @@ def _py(value):
     return item
 
 
-def summarize(obj: object, health_state: str = "unknown") -> TensorSummary:
+def summarize(obj: Any, health_state: str = "unknown") -> TensorSummary:
     ok, why = readable(obj, health_state)
     summary = TensorSummary(shape_of(obj), dtype_of(obj), device_of(obj), _numel(obj), ok, why)
     if not ok or summary.numel == 0 or dtype_of(obj) in ("bool", "complex64", "complex128"):
@@ -250,7 +253,7 @@ class OutOfRange:
 
 
 def outside(
-    obj: object,
+    obj: Any,
     low: float | None,
     high: float | None,
     *,

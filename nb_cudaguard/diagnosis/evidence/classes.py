@@ -10,11 +10,12 @@ the source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
-from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, nan_cause, range_evidence
 from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
-from nb_cudaguard.diagnosis.tensors import is_floating, is_integral
+from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
 from nb_cudaguard.families import fix_of
 
 _LOSS_WORDS = ("loss", "criterion", "cross_entropy", "nll", "ce")
@@ -73,8 +74,9 @@ def _guess_calls(ctx: Context) -> list[LossCall]:
 
 def _class_counts(ctx: Context, call: LossCall) -> list[ClassCount]:
     counts: list[ClassCount] = []
-    if call.logits is not None and len(call.logits.obj.shape) >= 2:
-        size = int(call.logits.obj.shape[1])
+    logits: Any = call.logits.obj if call.logits is not None else None
+    if call.logits is not None and len(logits.shape) >= 2:
+        size = int(logits.shape[1])
         source = f"{call.logits.name}.shape[1]"
         counts.append(ClassCount(size, source, Evidence("tensor", f"{source} = {size}", variable=call.logits.name)))
     model = call.module if call.module is not None and hasattr(call.module, "config") else None
@@ -89,19 +91,18 @@ def _class_counts(ctx: Context, call: LossCall) -> list[ClassCount]:
     head = _head(ctx)
     if head is not None:
         source = f"{head.name}.out_features"
-        value = int(head.obj.out_features)
+        value = int(cast(Any, head.obj).out_features)
         counts.append(ClassCount(value, source, Evidence("module", f"{source} = {value} ({head.obj!r})")))
     for key in ("num_labels", "num_classes", "n_classes"):
         fact = ctx.static.keyword(key)
         if fact is not None:
-            counts.append(ClassCount(fact.value, f"`{fact.line}`", _source(f"{key}={fact.value}", fact.line)))
+            counts.append(ClassCount(cast(int, fact.value), f"`{fact.line}`", _source(f"{key}={fact.value}", fact.line)))
     if ctx.static.linears:
         fact = ctx.static.linears[-1]
-        if fact.value[1] is not None:
+        outputs = cast(tuple[Any, Any], fact.value)[1]
+        if outputs is not None:
             counts.append(
-                ClassCount(
-                    fact.value[1], f"`{fact.line}`", _source(f"last Linear has {fact.value[1]} outputs", fact.line)
-                )
+                ClassCount(outputs, f"`{fact.line}`", _source(f"last Linear has {outputs} outputs", fact.line))
             )
     return counts
 
@@ -126,7 +127,7 @@ def _ignore_index(ctx: Context, call: LossCall) -> tuple[int, str]:
             return value, f"{ctx.workspace.name_of(module) or 'the loss'}.ignore_index"
     fact = ctx.static.keyword("ignore_index")
     if fact is not None:
-        return fact.value, f"`{fact.line}`"
+        return cast(int, fact.value), f"`{fact.line}`"
     return DEFAULT_IGNORE_INDEX, "the default ignore_index"
 
 
@@ -137,7 +138,7 @@ def _data_classes(ctx: Context) -> tuple[int, Evidence] | None:
             return value, Evidence("source", f"`{name} = {value}` in the namespace", direct=True, variable=name)
     for name, fact in ctx.static.assigned_ints.items():
         if "class" in name.lower() or "label" in name.lower():
-            return fact.value, _source(f"{name} = {fact.value}", fact.line)
+            return cast(int, fact.value), _source(f"{name} = {fact.value}", fact.line)
     return None
 
 
@@ -160,13 +161,12 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
     ignore, ignore_source = _ignore_index(ctx, call)
     target = call.target
     n = counts[0].value if counts else None
-    found = ctx.outside(target.obj, 0, n, ignore=ignore)
-    used, used_direct = target, True
-    if found is None:  # values not readable: look for a CPU copy of the labels
+    found, used = ctx.values_outside(target, 0, n, ignore=ignore)
+    if found is None:  # neither the labels nor the host object they were built from: a dataset's labels
         for copy in ctx.workspace.label_sources:
             found = ctx.outside(copy.obj, 0, n, ignore=ignore)
             if found is not None:
-                used, used_direct = copy, False
+                used = copy
                 break
     if found is None:
         return _without_values(ctx, call, counts)
@@ -175,11 +175,10 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
     summary = ctx.summary(used.obj)
     valid = f"[0, {n})" if n is not None else "[0, n_classes)"
     source = counts[0].source if counts else "the number of classes"
-    evidence = [range_evidence(ctx, used, found, valid, source, f"ignore_index={ignore} ({ignore_source})")]
-    evidence[0].direct = used_direct
-    if not used_direct:
-        why = ctx.summary(target.obj).why_not
-        evidence[0].text += f" (a CPU copy: {target.name} itself was not read, {why})"
+    why = f"ignore_index={ignore} ({ignore_source})"
+    evidence = [range_evidence(ctx, target, found, valid, source, why, used if used is not target else None)]
+    if INT64_MIN in found.values:
+        return nan_cause(ctx, target, evidence)
     evidence += [c.evidence for c in counts]
     negatives = [v for v in found.values if v < 0]
     name = target.name
@@ -193,6 +192,9 @@ def _explain_target(ctx: Context, call: LossCall) -> Cause | None:
     if n is None:
         return ctx.cause("label_out_of_range", 0.6, name, fix_of("label_out_of_range"), evidence)
     lowest, highest = summary.min, summary.max
+    if highest is None:  # an integer summary always has both; a float target never gets here
+        return ctx.cause("label_out_of_range", 0.6, name, fix_of("label_out_of_range"), evidence)
+    highest = int(highest)
     data = _data_classes(ctx)
     classes_in_data = summary.distinct_count if summary.distinct_count is not None else 0
     if data is not None:
@@ -220,13 +222,15 @@ def _resize_fix(ctx: Context, counts: list[ClassCount], wanted: int) -> str:
     if any(c.source.endswith(".num_labels") or "num_labels" in c.source for c in counts):
         return f"The data has {wanted} classes: build the model with num_labels={wanted}."
     if head is not None:
+        layer: Any = head.obj
         return (
-            f"The data has {wanted} classes but {head.name} has {head.obj.out_features} outputs: "
-            f"use nn.Linear({head.obj.in_features}, {wanted})."
+            f"The data has {wanted} classes but {head.name} has {layer.out_features} outputs: "
+            f"use nn.Linear({layer.in_features}, {wanted})."
         )
     linear = ctx.static.linears[-1] if ctx.static.linears else None
-    if linear is not None and linear.value[0] is not None:
-        return f"The data has {wanted} classes: use nn.Linear({linear.value[0]}, {wanted}) as the last layer."
+    inputs = cast(tuple[Any, Any], linear.value)[0] if linear is not None else None
+    if inputs is not None:
+        return f"The data has {wanted} classes: use nn.Linear({inputs}, {wanted}) as the last layer."
     return f"The data has {wanted} classes: give the output layer {wanted} units."
 
 

@@ -10,11 +10,12 @@ against ``type_vocab_size``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
-from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, nan_cause, range_evidence
 from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
-from nb_cudaguard.diagnosis.tensors import is_floating, is_integral
+from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
 
 _POSITION = ("position", "pos_emb", "embed_positions", "wpe")
 _TOKEN_TYPE = ("token_type", "segment", "seg_emb")
@@ -49,7 +50,7 @@ def _tables(ctx: Context) -> dict[str, Table]:
         role = _role(named.name)
         if role in tables:
             continue
-        size = int(named.obj.num_embeddings)
+        size = int(cast(Any, named.obj).num_embeddings)
         offset = getattr(named.obj, "offset", 0)
         offset = offset if isinstance(offset, int) else 0
         text = f"{named.name} = Embedding({size}, {getattr(named.obj, 'embedding_dim', '?')})"
@@ -68,12 +69,13 @@ def _tables(ctx: Context) -> dict[str, Table]:
             fact = ctx.static.keyword(key)
             if fact is not None:
                 ev = Evidence("source", f"{key}={fact.value}: `{fact.line}`", direct=False, source_line=fact.line)
-                tables[role] = Table(fact.value, f"`{fact.line}`", ev)
+                tables[role] = Table(cast(int, fact.value), f"`{fact.line}`", ev)
     if "word" not in tables and ctx.static.embeddings:
         fact = ctx.static.embeddings[-1]
-        if fact.value[0] is not None:
+        rows = cast(tuple[Any, Any], fact.value)[0]
+        if rows is not None:
             ev = Evidence("source", f"`{fact.line}`", direct=False, source_line=fact.line)
-            tables["word"] = Table(fact.value[0], f"`{fact.line}`", ev)
+            tables["word"] = Table(rows, f"`{fact.line}`", ev)
     return tables
 
 
@@ -100,7 +102,7 @@ def _id_tensors(ctx: Context) -> list[Named]:
     line_names = set(ctx.line.names)
     found = []
     for named in ctx.workspace.tensors:
-        if is_floating(named.obj) or not named.obj.shape:
+        if is_floating(named.obj) or not cast(Any, named.obj).shape:
             continue
         last = named.name.lower()
         if named.name in line_names or any(w in last for w in _SEQUENCE_NAMES + _TYPE_IDS + _POSITION_IDS):
@@ -157,13 +159,14 @@ def _single_type_checkpoint(ctx: Context) -> list[Cause]:
         Evidence("source", f"`{passed[-1].line}` passes token_type_ids", direct=False, source_line=passed[-1].line),
     ]
     table = Table(1, f"{checkpoint.value} (type_vocab_size=1)", evidence[0])
-    return [ctx.cause("token_type_ids_out_of_range", 0.6, passed[-1].value, _type_fix(table), evidence)]
+    variable = str(passed[-1].value)
+    return [ctx.cause("token_type_ids_out_of_range", 0.6, variable, _type_fix(table), evidence)]
 
 
 def _type_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:
     causes = []
     for named in tensors:
-        found = ctx.outside(named.obj, 0, table.size)
+        found, read = ctx.values_outside(named, 0, table.size)
         valid = f"[0, {table.size})"
         if found is None:
             if table.size == 1:
@@ -172,7 +175,7 @@ def _type_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:
             continue
         if found.count:
             why = "the model has only these token types"
-            evidence = [range_evidence(ctx, named, found, valid, table.source, why), table.evidence]
+            evidence = [range_evidence(ctx, named, found, valid, table.source, why, read), table.evidence]
             causes.append(ctx.cause("token_type_ids_out_of_range", 0.9, named.name, _type_fix(table), evidence))
     return causes
 
@@ -190,9 +193,10 @@ def _positions(ctx: Context, table: Table, sequences: list[Named], position_ids:
     limit = table.size - table.offset
     causes = []
     for named in sequences:
-        if len(named.obj.shape) < 2 and "ids" not in named.name.lower():
+        shape = cast(Any, named.obj).shape
+        if len(shape) < 2 and "ids" not in named.name.lower():
             continue  # a batch of class labels is not a sequence
-        length = int(named.obj.shape[-1])
+        length = int(shape[-1])
         if length <= limit:
             continue
         offset = f" minus its offset {table.offset}" if table.offset else ""
@@ -215,10 +219,10 @@ def _positions(ctx: Context, table: Table, sequences: list[Named], position_ids:
         )
         causes.append(ctx.cause("position_ids_too_long", 0.88, named.name, fix, evidence))
     for named in position_ids:
-        found = ctx.outside(named.obj, 0, limit)
+        found, read = ctx.values_outside(named, 0, limit)
         if found is not None and found.count:
             evidence = [
-                range_evidence(ctx, named, found, f"[0, {limit})", table.source, "position ids"),
+                range_evidence(ctx, named, found, f"[0, {limit})", table.source, "position ids", read),
                 table.evidence,
             ]
             fix = f"position_ids must be < {limit}: truncate the sequence to {limit} tokens."
@@ -230,7 +234,7 @@ def _word_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:
     tokenizer = _grown_tokenizer(ctx, table)
     causes = []
     for named in tensors:
-        found = ctx.outside(named.obj, 0, table.size)
+        found, read = ctx.values_outside(named, 0, table.size)
         valid = f"[0, {table.size})"
         if found is None:
             if tokenizer is not None:
@@ -239,9 +243,12 @@ def _word_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:
             continue
         if not found.count:
             continue
-        evidence = [range_evidence(ctx, named, found, valid, table.source, "ids beyond the table"), table.evidence]
-        in_tokenizer = tokenizer is not None and all(0 <= v < tokenizer[0] for v in found.values)
-        if in_tokenizer:
+        evidence = [range_evidence(ctx, named, found, valid, table.source, "ids beyond the table", read)]
+        if INT64_MIN in found.values:
+            causes.append(nan_cause(ctx, named, evidence))
+            continue
+        evidence.append(table.evidence)
+        if tokenizer is not None and all(0 <= v < tokenizer[0] for v in found.values):
             evidence.append(tokenizer[1])
             causes.append(ctx.cause("vocab_resize_missing", 0.92, named.name, _resize_fix(ctx), evidence))
         elif _added_without_resize(ctx) and all(v >= 0 for v in found.values):
@@ -265,7 +272,7 @@ def _word_ids(ctx: Context, table: Table, tensors: list[Named]) -> list[Cause]:
 def _grown_tokenizer(ctx: Context, table: Table) -> tuple[int, Evidence] | None:
     for named in ctx.workspace.tokenizers:
         try:
-            length = len(named.obj)
+            length = len(cast(Any, named.obj))
         except Exception:
             continue
         if length > table.size:

@@ -7,12 +7,13 @@ that holds the NaN, when one is in reach.
 
 from __future__ import annotations
 
+from typing import Any
+
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
-from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
+from nb_cudaguard.diagnosis.evidence.context import Context, nan_cast_origin, nan_cause, nan_holders, range_evidence
 from nb_cudaguard.diagnosis.evidence.static import CallSite
 from nb_cudaguard.diagnosis.evidence.workspace import Named
-from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
-from nb_cudaguard.families import fix_of
+from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_integral
 
 _GATHER = ("gather", "take_along_dim")
 _SCATTER = ("scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_")
@@ -32,24 +33,30 @@ def analyse(ctx: Context) -> list[Cause]:
 
 
 def _bounds_cause(ctx: Context, family: str, index: Named, size: int, source: str, what: str, fix: str) -> Cause | None:
-    found = ctx.outside(index.obj, -size if family == "advanced_index_out_of_bounds" else 0, size)
-    if found is None or not found.count:
-        return None
     low = -size if family == "advanced_index_out_of_bounds" else 0
+    found, read = ctx.values_outside(index, low, size)
+    if found is None:
+        return nan_cast_origin(ctx, index)
+    if not found.count:
+        return None
     valid = f"[{low}, {size})"
-    evidence = [range_evidence(ctx, index, found, valid, source, what)]
+    evidence = [range_evidence(ctx, index, found, valid, source, what, read)]
     if INT64_MIN in found.values:
-        return _nan_cause(ctx, index, evidence)
+        return nan_cause(ctx, index, evidence)
     return ctx.cause(family, 0.88, index.name, fix, evidence)
+
+
+def _shape(obj: object) -> Any:
+    return getattr(obj, "shape", ())
 
 
 def _subscripts(ctx: Context) -> list[Cause]:
     causes = []
     for sub in ctx.line.subscripts:
         base = ctx.tensor(sub.base)
-        if base is None or not base.obj.shape:
+        if base is None or not _shape(base.obj):
             continue
-        size = int(base.obj.shape[0])
+        size = int(_shape(base.obj)[0])
         source = f"{base.name}.shape[0]"
         fix = f"Indices into {base.name} along dimension 0 must lie in [-{size}, {size})."
         if sub.constant is not None:
@@ -102,7 +109,7 @@ def _gather_scatter(ctx: Context, call: CallSite) -> list[Cause]:
     index_named = ctx.tensor(call.keywords.get("index") or (index[0] if index else None))
     if source is None or index_named is None or dim is None:
         return []
-    size = int(source.obj.shape[dim])
+    size = int(_shape(source.obj)[dim])
     where = f"{source.name}.shape[{dim}]"
     fix = f"{call.name} indices along dim {dim} must lie in [0, {size}) ({where})."
     cause = _bounds_cause(ctx, "gather_scatter_index", index_named, size, where, f"{call.name} along dim {dim}", fix)
@@ -116,7 +123,7 @@ def _index_select(ctx: Context, call: CallSite) -> list[Cause]:
         return []
     if call.name == "take":
         index = ctx.tensor(call.args[0] if method else (call.args[1] if len(call.args) > 1 else None))
-        size, where = int(source.obj.numel()), f"{source.name}.numel()"
+        size, where = int(getattr(source.obj, "numel")()), f"{source.name}.numel()"
     else:
         dim = _dim_arg(ctx, call, 0 if method else 1)
         index = ctx.tensor(
@@ -124,7 +131,7 @@ def _index_select(ctx: Context, call: CallSite) -> list[Cause]:
         )
         if dim is None:
             return []
-        size, where = int(source.obj.shape[dim]), f"{source.name}.shape[{dim}]"
+        size, where = int(_shape(source.obj)[dim]), f"{source.name}.shape[{dim}]"
     if index is None:
         return []
     fix = f"Indices must lie in [0, {size}) ({where})."
@@ -143,12 +150,16 @@ def _one_hot(ctx: Context, call: CallSite) -> list[Cause]:
             classes = int(classes_expr)
         except ValueError:
             return []
-    found = ctx.outside(labels.obj, 0, classes)
-    if found is None or not found.count:
+    found, read = ctx.values_outside(labels, 0, classes)
+    if found is None:
+        evidence = [ctx.tensor_evidence(labels, f"one_hot(..., num_classes={classes}) input", direct=False)]
+        fix = f"one_hot(..., num_classes={classes}) needs every value of {labels.name} in [0, {classes})."
+        return [ctx.cause("one_hot_num_classes", 0.5, labels.name, fix, evidence)]
+    if not found.count:
         return []
     valid = f"[0, {classes})"
-    evidence = [range_evidence(ctx, labels, found, valid, f"num_classes={classes_expr}", "one_hot classes")]
-    biggest = ctx.summary(labels.obj).max
+    evidence = [range_evidence(ctx, labels, found, valid, f"num_classes={classes_expr}", "one_hot classes", read)]
+    biggest = max((v for v in found.values if isinstance(v, int)), default=None)
     fix = (
         f"one_hot(..., num_classes={classes}) needs values in {valid}: pass num_classes={biggest + 1}, "
         "or map the out-of-range labels first."
@@ -158,31 +169,10 @@ def _one_hot(ctx: Context, call: CallSite) -> list[Cause]:
     return [ctx.cause("one_hot_num_classes", 0.9, labels.name, fix, evidence)]
 
 
-def _nan_holders(ctx: Context, limit: int = 20) -> list[Named]:
-    """Float tensors holding NaN/inf: those in the failing line first, then a bounded look at the others."""
-    line_names = set(ctx.line.names)
-    floats = [n for n in ctx.workspace.tensors if is_floating(n.obj)]
-    floats.sort(key=lambda n: n.name.split("[")[0] not in line_names)
-    holders = []
-    for named in floats[:limit]:
-        summary = ctx.summary(named.obj)
-        if summary.nan or summary.inf:
-            holders.append(named)
-    return holders
-
-
-def _nan_cause(ctx: Context, index: Named | None, evidence: list[Evidence]) -> Cause:
-    holders = _nan_holders(ctx)
-    evidence = evidence + [ctx.tensor_evidence(h, "holds NaN/inf") for h in holders]
-    variable = holders[0].name if holders and index is None else (index.name if index is not None else None)
-    return ctx.cause("nan_or_inf", 0.9, variable, fix_of("nan_or_inf"), evidence)
-
-
 def _nan_cast(ctx: Context) -> list[Cause]:
     """``int(x)`` or ``.long()`` of a NaN in the failing line, caught by Python before any kernel ran."""
     if "cannot convert float NaN to integer" not in ctx.incident.message:
         return []
-    holders = _nan_holders(ctx)
-    if not holders:
+    if not nan_holders(ctx):
         return []
-    return [_nan_cause(ctx, None, [])]
+    return [nan_cause(ctx, None, [])]

@@ -8,6 +8,8 @@ tells: a ``BCELoss()`` with no sigmoid anywhere.
 
 from __future__ import annotations
 
+from typing import Any
+
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
 from nb_cudaguard.diagnosis.evidence.context import Context, range_evidence
 from nb_cudaguard.diagnosis.evidence.static import CallSite
@@ -60,6 +62,10 @@ def _pair(ctx: Context, call: CallSite) -> tuple[Named | None, Named | None]:
     return ctx.tensor(first), ctx.tensor(second)
 
 
+def _asserted(ctx: Context, word: str) -> bool:
+    return any(word in a.condition for a in ctx.incident.assertions)
+
+
 def _bce(ctx: Context, call: CallSite) -> list[Cause]:
     causes = []
     prediction, target = _pair(ctx, call)
@@ -69,15 +75,23 @@ def _bce(ctx: Context, call: CallSite) -> list[Cause]:
     ):
         if named is None:
             continue
-        found = ctx.outside(named.obj, 0.0, 1.0, inclusive=True)
+        found, read = ctx.values_outside(named, 0.0, 1.0, inclusive=True)
+        if found is None and _asserted(ctx, "input_val" if family == "bce_input_range" else "target_val"):
+            # The printed assertion names the argument; the values are on a poisoned device.
+            evidence = [ctx.tensor_evidence(named, "the argument the printed assertion names", direct=False)]
+            if family == "bce_input_range":
+                evidence += [e for c in _bce_from_source(ctx) for e in c.evidence]
+            fixed = fix or f"Targets must be in [0, 1]: binarise or rescale {named.name}."
+            causes.append(ctx.cause(family, 0.5, named.name, fixed, evidence))
+            continue
         if found is None or not found.count:
             continue
         why = "raw scores (logits), not probabilities" if family == "bce_input_range" else "targets must be in [0, 1]"
         if found.nan:
             why = f"{found.nan} NaN value(s): the model diverged before this loss"
-        evidence = [range_evidence(ctx, named, found, "[0, 1]", "binary_cross_entropy", why)]
+        evidence = [range_evidence(ctx, named, found, "[0, 1]", "binary_cross_entropy", why, read)]
         if fix is None:
-            top = ctx.summary(named.obj).max
+            top = ctx.summary(read.obj).max
             scale = " (divide a 0..255 mask by 255)" if isinstance(top, (int, float)) and top > 1 else ""
             fix = (
                 f"Targets must be in [0, 1]: binarise or rescale {named.name}{scale}, e.g. ({named.name} > 0).float()."
@@ -133,7 +147,7 @@ def _multinomial(ctx: Context, call: CallSite) -> list[Cause]:
     return [ctx.cause("multinomial_invalid_probs", 0.9, probs.name, fix, evidence)]
 
 
-def _zero_rows(ctx: Context, probs: object) -> int:
+def _zero_rows(ctx: Context, probs: Any) -> int:
     from nb_cudaguard.incident.probe import internal_use
 
     if not ctx.readable(probs) or not hasattr(probs, "sum") or probs.numel() > 1 << 22:
@@ -153,7 +167,8 @@ def _ctc(ctx: Context, call: CallSite) -> list[Cause]:
     input_lengths, target_lengths = named["input_lengths"], named["target_lengths"]
     if log_probs is None or targets is None:
         return []
-    steps, classes = int(log_probs.obj.shape[0]), int(log_probs.obj.shape[-1])
+    shape: Any = getattr(log_probs.obj, "shape", ())
+    steps, classes = int(shape[0]), int(shape[-1])
     blank = _blank(ctx, call)
     checks = []
     if input_lengths is not None:
@@ -166,7 +181,7 @@ def _ctc(ctx: Context, call: CallSite) -> list[Cause]:
             fix = f"{tensor.name} must lie in [{low}, {high}) ({source})."
             return [ctx.cause("ctc_loss", 0.88, tensor.name, fix, evidence)]
     found = ctx.outside(targets.obj, blank, blank + 1)
-    if found is not None and found.count < targets.obj.numel():
+    if found is not None and found.count < len(getattr(targets.obj, "reshape")(-1)):
         evidence = [ctx.tensor_evidence(targets, f"contains the blank index {blank}")]
         fix = f"Targets must not contain the blank label ({blank}): shift labels to start at {blank + 1}."
         return [ctx.cause("ctc_loss", 0.8, targets.name, fix, evidence)]
@@ -188,7 +203,7 @@ def _blank(ctx: Context, call: CallSite) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _longer(ctx: Context, target_lengths: object, input_lengths: object) -> int:
+def _longer(ctx: Context, target_lengths: Any, input_lengths: Any) -> int:
     from nb_cudaguard.incident.probe import internal_use
 
     if not ctx.readable(input_lengths) or target_lengths.shape != input_lengths.shape:
@@ -197,13 +212,17 @@ def _longer(ctx: Context, target_lengths: object, input_lengths: object) -> int:
         return int((target_lengths.cpu() > input_lengths.cpu()).sum())
 
 
+def _rank(obj: object) -> int:
+    return len(getattr(obj, "shape", ()))
+
+
 def _dtype(ctx: Context, call: CallSite, kind: str) -> list[Cause]:
     if kind == "embedding":
         named = ctx.tensor(call.args[0] if call.args else None)
         role, fix = "embedding ids", "Ids must be integers: pass ids.long()."
     else:
         prediction, named = _pair(ctx, call)
-        if named is None or prediction is None or named.obj.dim() != prediction.obj.dim() - 1:
+        if named is None or prediction is None or _rank(named.obj) != _rank(prediction.obj) - 1:
             return []  # same rank: probability targets, which are allowed to be float
         role, fix = "class-index targets", f"Class-index targets must be int64: pass {named.name}.long()."
     if named is None or not is_floating(named.obj):

@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
-from nb_cudaguard.record.assertions import AssertionRecord
 
 # Which embedding table a frame's line reads: only the innermost line that names exactly one of them counts,
 # because an outer line such as ``self.embeddings(input_ids=..., position_ids=..., token_type_ids=...)`` names all.
@@ -40,7 +38,7 @@ _EMBEDDING_ROLES = (
     ),
 )
 # (family, pattern, weight, what it means): frame patterns look at the code lines and function names of the
-# innermost frames; text patterns at the whole log.
+# innermost frames; text patterns at the whole log. Frame hints of a family in _GROUP_ONLY name the op's group.
 _FRAME_HINTS = (
     (
         "embedding_index_out_of_range",
@@ -70,6 +68,7 @@ _FRAME_HINTS = (
     ("gather_scatter_index", r"\bgather\(|scatter_?\(|scatter_add", 0.45, "the failing frames gather or scatter"),
     ("ctc_loss", r"ctc_loss|CTCLoss", 0.6, "the failing frames compute a CTC loss"),
 )
+_GROUP_ONLY = ("embedding_index_out_of_range", "label_out_of_range", "bce_input_range")
 _TEXT_HINTS = (
     (
         "position_ids_too_long",
@@ -104,7 +103,8 @@ _TEXT_HINTS = (
     ),
     (
         "nan_or_inf",
-        r"-9223372036854775808|\bnan\b.{0,30}\bindex|index.{0,30}\bnan\b",
+        # whole words only: autograd names in printed tensors (grad_fn=<IndexBackward0>) are not an index
+        r"-9223372036854775808|\bnan\b.{0,30}\bindex\b|\bindex\b.{0,30}\bnan\b",
         0.5,
         "a NaN cast to an integer index shows up as -9223372036854775808",
     ),
@@ -128,16 +128,17 @@ _TEXT_HINTS = (
         "an id beyond the embedding table (the pre-1.5 CPU message)",
     ),
 )
-# An assertion quoted without the device's file:line prefix (a title, an old THC message without backticks):
-# the catalog still knows its condition.
-_BARE_ASSERTION = re.compile(r"Assertion [`']?(?P<condition>[^`'\n]+?)[`']? failed")
 
 
 @dataclass
 class Hint:
+    """``group_only``: the hint names the op, hence the group (an embedding call, a classification loss), not
+    which family of the group: it must not outrank what narrows the group (a frame, a number, the code)."""
+
     family: str
     weight: float
     text: str
+    group_only: bool = False
 
 
 _FRAMES_LOOKED_AT = 8
@@ -156,26 +157,12 @@ def hints_for(incident: Incident) -> list[Hint]:
     for family, pattern, weight, meaning in _FRAME_HINTS:
         match = re.search(pattern, frame_text)
         if match:
-            _keep(hints, Hint(family, weight, f"{meaning} (`{match.group(0)}` in the traceback)"))
+            text = f"{meaning} (`{match.group(0)}` in the traceback)"
+            _keep(hints, Hint(family, weight, text, group_only=family in _GROUP_ONLY))
     for family, pattern, weight, meaning in _TEXT_HINTS:
         if re.search(pattern, incident.text, re.IGNORECASE):
             _keep(hints, Hint(family, weight, meaning))
-    if not incident.assertions:
-        for hint in _bare_assertions(incident.text):
-            _keep(hints, hint)
     return list(hints.values())
-
-
-def _bare_assertions(text: str) -> list[Hint]:
-    found = []
-    for match in _BARE_ASSERTION.finditer(text):
-        record = AssertionRecord(file="", line=0, kernel="", condition=match["condition"].strip())
-        entry = catalog.lookup_assertion(record)
-        if entry is not None and entry.family != "other":
-            found.append(
-                Hint(entry.family, 0.8, f"the assertion `{record.condition}` (quoted without its kernel line)")
-            )
-    return found
 
 
 def _keep(hints: dict[str, Hint], hint: Hint) -> None:

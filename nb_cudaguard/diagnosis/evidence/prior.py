@@ -1,0 +1,154 @@
+"""How often each family causes this error: the ranking a diagnosis falls back on when nothing else decides.
+
+A log often says *that* a kernel failed and little more: ``device-side assert triggered`` alone, a cuBLAS or cuDNN
+error on an already poisoned context, ``srcIndex < srcSelectDimSize`` with no frame naming the table. The families
+are then ranked by how often they caused the same symptom in the dev half of the corpus of real logs
+(``data/priors.json``, written by ``tools/build_priors.py``; the held-out half is never read), adjusted by what the
+log's frames and words say about the kind of model (text, detection, segmentation, speech, sampling, graphs).
+
+A prior is not evidence about this log: its confidence stays low, the report says it is a prior, and the note
+names the step that decides (``%%cudacheck``, or restart, replay and diagnose).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from nb_cudaguard.families import group_of
+from nb_cudaguard.incident import catalog
+from nb_cudaguard.incident.incident import Incident
+
+SMOOTHING = 3.0  # pseudo-logs of the overall distribution added to each symptom's counts
+LIFT_BOUNDS = (0.25, 4.0)  # how far one kind-of-model word may move a family's prior
+# Kinds of model, read from the frames (library paths, functions, code lines) and the log's words. General
+# vocabulary of each field only: never a project's, a thread's or a user's own name.
+DOMAINS = {
+    "text": r"transformers/|modeling_\w+|tokeniz|input_ids|attention_mask|vocab|lm_head|embed_tokens|word_embeddings"
+    r"|\bbert\b|\bgpt|llama|roberta|seq2seq|\bpeft\b|\blora\b",
+    "generation": r"\bgenerate\(|generation|sample\(|sampling|multinomial|top_p|top_k|temperature|do_sample",
+    "detection": r"roi_heads?|box_head|\brpn\b|anchors?\b|bbox|detector|detection|matcher|multibox|\bnms\b",
+    "segmentation": r"segment|\bseg_|\bmasks?\b|\bunet|dice|deeplab|pixel|semantic",
+    "speech": r"\bctc|speech|audio|\bwav\b|\bmel\b|tacotron|\btts\b|speaker|vocoder",
+    "graph": r"edge_index|\bgcn|graph|message_?passing|propagate\(",
+    "classification": r"classif|num_labels|num_classes|n_classes|cross_entropy|nll_loss|CrossEntropy|NLLLoss",
+    "adversarial": r"discriminator|\bgan\b|BCELoss|binary_cross_entropy",
+}
+_DOMAIN_PATTERNS = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in DOMAINS.items()}
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Families ranked for one symptom: ``shares`` sum to 1; ``logs``: how many dev logs had this symptom."""
+
+    symptom: str
+    shares: dict[str, float]
+    logs: int
+    domains: tuple[str, ...]
+
+    def share(self, family: str) -> float:
+        return self.shares.get(family, 0.0)
+
+    def within_group(self, family: str) -> float:
+        """The family's share among the families of its own group (what decides once the group is known)."""
+        group = group_of(family)
+        total = sum(v for f, v in self.shares.items() if group_of(f) == group)
+        return self.shares.get(family, 0.0) / total if total else 0.0
+
+    def ranked(self) -> list[tuple[str, float]]:
+        return sorted(self.shares.items(), key=lambda item: -item[1])
+
+    def describe(self) -> str:
+        kinds = f", in a {'/'.join(self.domains)} setting" if self.domains else ""
+        return f"{self.logs} dev-corpus log(s) with the symptom `{self.symptom}`{kinds}"
+
+
+def symptom_of(incident: Incident) -> str:
+    """What the log says failed, in the words the counts are kept in: the asserted group, the host-side text's
+    group, the secondary symptom's name, or just a device-side assert / any CUDA error."""
+    named = [h for h in catalog.hits_for(incident.text, incident.assertions) if h.family != "other"]
+    if named:
+        kind = "assertion" if any(h.source == "assertion" for h in named) else "text"
+        return f"{kind}:{group_of(named[0].family)}"
+    secondary = catalog.secondary_symptoms(incident.text)
+    if secondary:
+        return f"after:{secondary[0].name}"
+    if incident.assertions:
+        return "assertion:unknown"
+    if "device-side assert" in incident.text.lower():
+        return "device_assert"
+    return "cuda" if incident.is_cuda else "host"
+
+
+def domains_of(incident: Incident) -> tuple[str, ...]:
+    """The kinds of model the frames and the log's words point at, in ``DOMAINS`` order."""
+    frames = "\n".join(f"{f.filename} {f.function} {f.line}" for f in incident.frames)
+    text = f"{frames}\n{incident.text}"
+    return tuple(name for name, pattern in _DOMAIN_PATTERNS.items() if pattern.search(text))
+
+
+@lru_cache(maxsize=1)
+def _stored() -> dict:
+    return json.loads(resources.files("nb_cudaguard").joinpath("data/priors.json").read_text())
+
+
+_override: list[dict] = []
+
+
+def use_table(table: dict | None) -> None:
+    """Score with another table (``tools/corpus_score.py --leave-one-out`` removes the log being scored)."""
+    _override[:] = [table] if table is not None else []
+
+
+def table() -> dict:
+    return _override[0] if _override else _stored()
+
+
+def prior_for(incident: Incident) -> Prior:
+    return prior_from(symptom_of(incident), domains_of(incident), table())
+
+
+def prior_from(symptom: str, domains: tuple[str, ...], counts: dict) -> Prior:
+    """Smoothed shares of the symptom's counts, each family moved by the lift of the domains seen with it."""
+    overall: dict[str, int] = counts["families"]
+    total = sum(overall.values()) or 1
+    seen: dict[str, int] = counts["symptoms"].get(symptom, {})
+    logs = sum(seen.values())
+    scores = {}
+    for family, n in overall.items():
+        base = (seen.get(family, 0) + SMOOTHING * n / total) / (logs + SMOOTHING)
+        scores[family] = base * _lift(family, domains, counts)
+    norm = sum(scores.values()) or 1.0
+    shares = {f: v / norm for f, v in scores.items() if v > 0}
+    return Prior(symptom, shares, logs, domains)
+
+
+def _lift(family: str, domains: tuple[str, ...], counts: dict) -> float:
+    """How much more often than average the family's logs show these kinds of model (add-one smoothed)."""
+    family_logs = counts["families"].get(family, 0)
+    all_logs = sum(counts["families"].values()) or 1
+    lift = 1.0
+    for domain in domains:
+        with_domain = counts["domains"].get(domain, {})
+        p_family = (with_domain.get(family, 0) + 1) / (family_logs + 2)
+        p_all = (sum(with_domain.values()) + 1) / (all_logs + 2)
+        lift *= min(max(p_family / p_all, LIFT_BOUNDS[0]), LIFT_BOUNDS[1])
+    return lift
+
+
+def tally(rows: list[tuple[str, tuple[str, ...], str]]) -> dict:
+    """The counts a table holds, from (symptom, domains, confirmed family) rows."""
+    families: dict[str, int] = {}
+    symptoms: dict[str, dict[str, int]] = {}
+    domains: dict[str, dict[str, int]] = {}
+    for symptom, kinds, family in rows:
+        families[family] = families.get(family, 0) + 1
+        per = symptoms.setdefault(symptom, {})
+        per[family] = per.get(family, 0) + 1
+        for kind in kinds:
+            per_kind = domains.setdefault(kind, {})
+            per_kind[family] = per_kind.get(family, 0) + 1
+    return {"families": families, "symptoms": symptoms, "domains": domains}

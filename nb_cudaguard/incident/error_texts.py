@@ -1,0 +1,325 @@
+"""What PyTorch and CUDA raise on the host when a kernel fails, and which cause family each text points at.
+
+Each entry names the PyTorch source that produces it. Two kinds matter for the diagnosis: a text that names its
+cause (``Target 5 is out of bounds``, the host-side twin of a device assertion), and a *secondary symptom*
+(``secondary``): a CUDA error that follows an earlier failure in another kernel - cuBLAS or cuDNN refusing to start
+on a poisoned context, thrust's ``copy_if failed to synchronize``, an illegal memory access reported at the next
+synchronisation. A secondary symptom says that something failed, not what: the diagnosis ranks its usual causes
+(``diagnosis.evidence.prior``) and asks for the step that decides.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nb_cudaguard.families import fix_of
+
+
+@dataclass(frozen=True)
+class ErrorText:
+    """A message PyTorch raises, what it says about the CUDA context, and the family it points at."""
+
+    name: str
+    pattern: re.Pattern[str]
+    family: str
+    sticky: bool | None  # True: the context is poisoned; False: recoverable; None: not a CUDA error
+    meaning: str
+    fix: str
+    source: str
+    device: str = "cuda"  # "cuda" for texts only a GPU produces, "cpu" for the host-side equivalents
+    secondary: bool = False  # a CUDA error that follows an earlier failure: it does not name the op
+
+    def to_dict(self) -> dict[str, object]:
+        names = ("name", "family", "sticky", "meaning", "fix", "source", "device", "secondary")
+        return {name: getattr(self, name) for name in names}
+
+
+def _t(
+    name: str,
+    pattern: str,
+    family: str,
+    sticky: bool | None,
+    meaning: str,
+    source: str,
+    *,
+    fix: str | None = None,
+    device: str = "cuda",
+    secondary: bool = False,
+) -> ErrorText:
+    """One entry; without ``fix``, the family's usual fix (``families``), so the two cannot drift apart."""
+    fix = fix if fix is not None else fix_of(family)
+    compiled = re.compile(pattern, re.IGNORECASE)
+    return ErrorText(name, compiled, family, sticky, meaning, fix, source, device, secondary)
+
+
+LAUNCH_BLOCKING = "Re-run the failing cell with the %%cudacheck magic (or CUDA_LAUNCH_BLOCKING=1) to find the op."
+
+# Ordered: the first match that names a specific cause wins over the generic CUDA texts at the end.
+ERROR_TEXTS: tuple[ErrorText, ...] = (
+    _t(
+        "device_side_assert",
+        r"device-side assert(ion)? triggered",
+        "other",
+        True,
+        "A CUDA kernel checked its input and stopped (cudaErrorAssert, 710). The context is poisoned: every later "
+        "CUDA call fails with the same error.",
+        "c10/cuda/CUDAException.cpp; cudaGetErrorString(cudaErrorAssert)",
+        fix="Find the printed `Assertion ... failed.` line; " + LAUNCH_BLOCKING,
+    ),
+    _t(
+        "illegal_memory_access",
+        r"illegal memory acc?ess?",
+        "illegal_memory_access",
+        True,
+        "A kernel read or wrote memory it does not own (cudaErrorIllegalAddress, 700). CUDA reports it at the next "
+        "synchronisation, so it often follows an out-of-range index in an op without a device assert (a "
+        "per-pixel loss with reduction='none', a custom or third-party kernel).",
+        "cudaGetErrorString(cudaErrorIllegalAddress)",
+        secondary=True,
+    ),
+    _t(
+        "misaligned_address",
+        r"misaligned address",
+        "illegal_memory_access",
+        True,
+        "A kernel accessed memory at a misaligned address (cudaErrorMisalignedAddress, 716).",
+        "cudaGetErrorString(cudaErrorMisalignedAddress)",
+        fix="Check custom kernels and non-contiguous or sliced tensors passed to them.",
+    ),
+    _t(
+        "unspecified_launch_failure",
+        r"unspecified launch failure",
+        "illegal_memory_access",
+        True,
+        "A kernel crashed (cudaErrorLaunchFailure, 719), e.g. an invalid device pointer; it is reported at the next "
+        "synchronisation, often after an earlier kernel failed.",
+        "cudaGetErrorString(cudaErrorLaunchFailure)",
+        fix=LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
+        "illegal_instruction",
+        r"an illegal instruction was encountered",
+        "illegal_memory_access",
+        True,
+        "A kernel executed an illegal instruction (cudaErrorIllegalInstruction, 715).",
+        "cudaGetErrorString(cudaErrorIllegalInstruction)",
+        fix="Check custom kernels and that the wheel was built for this GPU.",
+    ),
+    _t(
+        "hardware_stack_error",
+        r"hardware stack error",
+        "illegal_memory_access",
+        True,
+        "A kernel overflowed its stack (cudaErrorHardwareStackError, 714).",
+        "cudaGetErrorString(cudaErrorHardwareStackError)",
+        fix="Check recursion or large local arrays in custom kernels.",
+    ),
+    _t(
+        "invalid_program_counter",
+        r"invalid program counter",
+        "illegal_memory_access",
+        True,
+        "A kernel jumped to an invalid address (cudaErrorInvalidPc, 718).",
+        "cudaGetErrorString(cudaErrorInvalidPc)",
+        fix="Check custom kernels.",
+    ),
+    _t(
+        "launch_timeout",
+        r"the launch timed out and was terminated",
+        "other",
+        True,
+        "A kernel ran past the display watchdog (cudaErrorLaunchTimeout, 702).",
+        "cudaGetErrorString(cudaErrorLaunchTimeout)",
+        fix="Run on a GPU without a display attached, or split the work.",
+    ),
+    _t(
+        "cublas_failure",
+        r"CUBLAS_STATUS_\w+|cublas runtime error|cuBLAS error|library not initialized"
+        r"|resource allocation failed|cublasCreate\(handle\)",
+        "other",
+        True,
+        "cuBLAS failed to start or to run (not initialised, allocation failed, execution failed). On a context an "
+        "earlier kernel failed in, this is the first call that notices: most often an out-of-range embedding or "
+        "label index just before the matrix multiply.",
+        "aten/src/ATen/cuda/CUDABlas.cpp (TORCH_CUDABLAS_CHECK); THC/THCGeneral.cpp (THCublasCheck, 0.4-1.x)",
+        fix="Look for an earlier device assertion; " + LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
+        "cudnn_not_supported",
+        r"CUDNN_STATUS_NOT_SUPPORTED",
+        "other",
+        False,
+        "cuDNN does not support this configuration (a non-contiguous input, a CTC target of 256 or more labels, "
+        "an unusual shape).",
+        "aten/src/ATen/cudnn/Exceptions.h",
+        fix="Make the inputs contiguous, or disable cuDNN for the op (torch.backends.cudnn.enabled = False) to use "
+        "PyTorch's own kernel.",
+    ),
+    _t(
+        "cudnn_failure",
+        r"CUDNN_STATUS_(?!NOT_SUPPORTED)\w+|cuDNN error: (?!CUDNN_STATUS_NOT_SUPPORTED)",
+        "other",
+        True,
+        "cuDNN failed (not initialised, internal error, execution failed, mapping error); on a context an earlier "
+        "kernel failed in, this is the first call that notices.",
+        "aten/src/ATen/cudnn/Exceptions.h",
+        fix="Look for an earlier device assertion; " + LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
+        "thrust_synchronize",
+        r"\w+ failed to synchronize",
+        "other",
+        True,
+        "A thrust algorithm (copy_if behind nonzero/masked_select, reduce, sort) found the device failed while it "
+        "waited: an earlier kernel failed, usually a label or index assertion just before.",
+        "thrust/system/cuda/detail (copy_if, reduce: 'failed to synchronize'), torch 0.4-1.x",
+        fix="Look for an earlier device assertion; " + LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
+        "hip_error",
+        r"HIP error: (device-side assert|an illegal memory access|unspecified launch failure)",
+        "other",
+        True,
+        "The ROCm equivalent of a sticky CUDA error.",
+        "c10/cuda/CUDAMiscFunctions.cpp (USE_ROCM branch)",
+        fix="Re-run with AMD_SERIALIZE_KERNEL=3, or the %%cudacheck magic.",
+    ),
+    _t(
+        "out_of_memory",
+        r"(CUDA|HIP) out of memory|CUDA error: out of memory|OutOfMemoryError",
+        "other",
+        False,
+        "The GPU ran out of memory. This is recoverable: the context is healthy, nothing needs a restart.",
+        "c10/cuda/CUDACachingAllocator.cpp",
+        fix="Free tensors you no longer need (del x; gc.collect(); torch.cuda.empty_cache()), lower the batch size, "
+        "or use mixed precision.",
+    ),
+    _t(
+        "no_kernel_image",
+        r"no kernel image is available for execution on the device",
+        "other",
+        False,
+        "This PyTorch build has no kernels for this GPU architecture.",
+        "cudaGetErrorString(cudaErrorNoKernelImageForDevice)",
+        fix="Install a PyTorch build that supports this GPU.",
+    ),
+    # Host-side (CPU) texts for the same bad inputs: torch_cuda_errors.md section (e), torch 2.13.0+cpu.
+    _t(
+        "cpu_nll_target",
+        r"Target (-?\d+) is out of bounds",
+        "label_out_of_range",
+        None,
+        "A class-index target is negative or >= the number of classes.",
+        "aten/src/ATen/native/LossNLL.cpp, LossNLL2d.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_bce_input",
+        r"all elements of input should be between 0 and 1",
+        "bce_input_range",
+        None,
+        "binary_cross_entropy got inputs outside [0, 1]: usually raw logits.",
+        "aten/src/ATen/native/Loss.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_bce_target",
+        r"all elements of target should be between 0 and 1",
+        "bce_target_range",
+        None,
+        "binary_cross_entropy got targets outside [0, 1].",
+        "aten/src/ATen/native/Loss.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_index_out_of_range_in_self",
+        r"index out of range in self",
+        "embedding_index_out_of_range",
+        None,
+        "An embedding or index_select index is negative or >= the table size.",
+        "aten/src/ATen/native/TensorAdvancedIndexing.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_index_bounds",
+        r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)",
+        "advanced_index_out_of_bounds",
+        None,
+        "An index is outside the tensor's dimension.",
+        "aten/src/ATen/native/cpu/IndexKernelUtils.h; cpu/ScatterGatherKernel.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_take_bounds",
+        r"out of range: tried to access index (-?\d+) on a tensor of (\d+) elements",
+        "advanced_index_out_of_bounds",
+        None,
+        "take/put got a flat index outside the tensor.",
+        "aten/src/ATen/native/cpu/IndexKernel.cpp",
+        fix="Keep flat indices in [-numel, numel).",
+        device="cpu",
+    ),
+    _t(
+        "cpu_index_select_th",
+        r"index out of range at \S*TH(Tensor(EvenMore)?Math|TensorMath)",
+        "embedding_index_out_of_range",
+        None,
+        "index_select (behind nn.Embedding in 0.4-1.1) got an index outside the table.",
+        "aten/src/TH/generic/THTensorEvenMoreMath.cpp (THArgCheck 'index out of range'), torch 0.4-1.1",
+        device="cpu",
+    ),
+    _t(
+        "cpu_embedding_bag",
+        r"Index (\d+) of input takes value (-?\d+) which is not in the valid range",
+        "embedding_index_out_of_range",
+        None,
+        "An EmbeddingBag index is outside the table.",
+        "aten/src/ATen/native/EmbeddingBag.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_multinomial",
+        r"probability tensor contains either `inf`, `nan` or element < 0"
+        r"|invalid multinomial distribution",
+        "multinomial_invalid_probs",
+        None,
+        "torch.multinomial got NaN, inf, negative or all-zero probabilities (often from NaN logits or a "
+        "temperature of 0).",
+        "aten/src/ATen/native/TensorCompare.cpp (_assert_async_msg)",
+        device="cpu",
+    ),
+    _t(
+        "cpu_one_hot",
+        r"Class values must be (smaller than num_classes|non-negative)",
+        "one_hot_num_classes",
+        None,
+        "F.one_hot got a value outside [0, num_classes).",
+        "aten/src/ATen/native/Onehot.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_dtype_mismatch",
+        r"expected scalar type (Long|Int) but found (Float|Double|Half|BFloat16)"
+        r"|Expected tensor for argument #\d+ 'indices' to have one of the following scalar types"
+        r"|tensors used as indices must be long, int, byte or bool tensors",
+        "dtype_mismatch",
+        None,
+        "An index or label tensor has a floating dtype.",
+        "aten/src/ATen/native/*",
+        device="cpu",
+    ),
+    _t(
+        "cpu_nan_cast",
+        r"cannot convert float NaN to integer",
+        "nan_or_inf",
+        None,
+        "A NaN was converted to an integer index.",
+        "Python float -> int conversion",
+        device="cpu",
+    ),
+)
