@@ -101,7 +101,7 @@ def test_every_cell_check_on_and_off(shell, capsys) -> None:
 
 
 def test_every_cell_checks_survive_user_modes_pushed_on_top(shell) -> None:
-    shell.run_line_magic("cudaguard", "check on")
+    shell.run_line_magic("cudaguard", "check on --exact")  # the dispatch mode is the exact mode's
     shell.run_cell(
         textwrap.dedent(
             """
@@ -138,6 +138,7 @@ def test_simulation_switched_off_under_every_cell_check(shell) -> None:
 
 def test_simulated_gpu_is_not_poisoned_when_cudacheck_stops_the_op(shell) -> None:
     testing.enable()
+    shell.run_cell("logits, labels = logits.to('cuda'), labels.to('cuda')")  # on the simulated GPU
     checked = shell.run_cell("%%cudacheck\nloss = F.cross_entropy(logits, labels)")
     assert isinstance(checked.error_in_exec, CudaCheckError)
     assert not testing.is_poisoned()

@@ -47,13 +47,44 @@ def test_scenario_top_family_and_variable(scenario, form):
 
 def test_value_evidence_carries_positions_range_and_its_source():
     scenario = runner.load(runner.HERE / "s03_linear_195_for_196_classes.py")
-    top = runner.run(scenario, "cuda").top
+    top = runner.run(scenario, "cpu").top
     tensor = next(e for e in top.evidence if e.kind == "tensor")
     assert tensor.direct and tensor.variable == "yb"
     assert tensor.values == [195] and tensor.count == 1 and tensor.positions == [[3]]
     assert tensor.valid_range == "[0, 195)" and tensor.range_source == "model.2.out_features"
     assert "nn.Linear(256, 196)" in top.fix
     assert any(e.kind == "source" and not e.direct and "nn.Linear(256, 195)" in e.text for e in top.evidence)
+
+
+def test_on_a_poisoned_device_the_values_come_from_the_loaders_dataset_and_say_so():
+    scenario = runner.load(runner.HERE / "s03_linear_195_for_196_classes.py")
+    outcome = runner.run(scenario, "cuda")
+    assert outcome.report.incident.classification == "poisoned"
+    top = outcome.top
+    assert top.family == "num_classes_mismatch" and top.variable == "yb"
+    tensor = next(e for e in top.evidence if e.kind == "tensor")
+    assert not tensor.direct and tensor.variable == "loader.dataset.tensors[1]"
+    assert tensor.values == [195, 195] and tensor.positions == [[195], [391]]
+    assert "yb itself was not read" in tensor.text and "cuda:0" in tensor.text
+    assert "nn.Linear(256, 196)" in top.fix
+
+
+def test_inline_expressions_resolve_to_the_variable_they_are_built_from():
+    for name, variable in (
+        ("s22_gather_index", "actions"),
+        ("s23_scatter_index", "idx"),
+        ("s04_segmentation_void_255", "mask"),
+    ):
+        top = runner.run(runner.load(runner.HERE / f"{name}.py"), "cuda").top
+        assert top.variable == variable, name
+        assert any(e.values for e in top.evidence if e.kind == "tensor"), name
+
+
+def test_a_nan_cast_to_an_index_is_not_reported_as_a_negative_id():
+    top = runner.run(runner.load(runner.HERE / "s25_nan_cast_to_index.py"), "cuda").top
+    assert top.family == "nan_or_inf" and top.variable == "idx"
+    assert any("scores" in e.text and "NaN" in e.text for e in top.evidence)
+    assert "negative" not in top.fix
 
 
 def test_vocab_resize_fix_names_the_users_objects():

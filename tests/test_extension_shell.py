@@ -75,14 +75,14 @@ def test_a_cpu_index_error_is_explained_without_a_restart(shell, capsys):
 def test_a_simulated_device_assert_is_poisoned_with_its_assertion(shell, capsys):
     pytest.importorskip("torch")
     shell.run_cell("import torch\n%cudaguard simulate on", store_history=True)
-    shell.run_cell("emb = torch.nn.Embedding(10, 4)\nids = torch.tensor([1, 12])", store_history=True)
+    shell.run_cell("emb = torch.nn.Embedding(10, 4).to('cuda')\nids = torch.tensor([1, 12]).to('cuda')", store_history=True)
     shell.run_cell("out = emb(ids)", store_history=True)
     report = nb_cudaguard.get_guard(shell).last_report
     assert report.incident.classification == "poisoned"
     [record] = report.incident.assertions
     assert record.condition == "srcIndex < srcSelectDimSize" and record.count == 4
     assert report.diagnosis.top.family == "embedding_index_out_of_range"
-    shell.run_cell("print(torch.ones(2) + 1)", store_history=True)  # innocent, and still fails
+    shell.run_cell("print(torch.ones(2, device='cuda') + 1)", store_history=True)  # innocent, and still fails
     assert nb_cudaguard.get_guard(shell).last_report.incident.classification == "poisoned"
     assert "POISONED" in capsys.readouterr().out
 

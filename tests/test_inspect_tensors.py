@@ -52,17 +52,23 @@ def test_meta_tensors_are_never_read_and_say_why():
     assert it.outside(meta, 0, 1) is None
 
 
-def test_reads_pass_through_the_simulated_poisoned_context():
+def test_after_a_simulated_poisoning_host_values_are_read_and_device_values_are_never_attempted():
     from nb_cudaguard import testing
 
-    labels = torch.tensor([0, 4, 1])
+    testing.reset()
     testing.enable()
     try:
+        host = torch.tensor([0, 4, 1])
+        labels = host.to("cuda")
         with pytest.raises(RuntimeError):
             testing.poison("label_out_of_range")
         with pytest.raises(RuntimeError):
-            labels.max()  # the user's own ops now fail, as on a poisoned GPU
-        assert it.summarize(labels, "poisoned").max == 4  # CPU values are still read by the diagnosis
+            labels.max()  # the user's own reads of the device now fail, as on a poisoned GPU
+        summary = it.summarize(labels, "poisoned")
+        assert not summary.readable and "cuda:0" in summary.why_not and summary.shape == (3,)
+        assert it.outside(labels, 0, 3, health_state="poisoned") is None
+        assert testing.refused_reads() == 0  # decided from metadata: no read of the device was even tried
+        assert it.summarize(host, "poisoned").max == 4  # the host copy is still readable
     finally:
         testing.reset()
 

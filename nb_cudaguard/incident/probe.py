@@ -79,7 +79,9 @@ def set_probe(probe: Probe | None) -> None:
 
 @contextmanager
 def internal_use() -> Iterator[None]:
-    """Marks the extension's own tensor reads, which a simulated poisoned context must let through."""
+    """Marks the extension's own tensor reads. It opens nothing: a poisoned GPU refuses them like the user's, and so
+    does the simulated one (``nb_cudaguard.testing``), which counts the refusals so that tests can prove the
+    diagnosis decides from metadata before it reads and never tries."""
     previous = getattr(_internal, "active", False)
     _internal.active = True
     try:

@@ -3,8 +3,10 @@
 A scenario is a small script whose cells are separated by ``# %%`` and whose header says what the diagnosis must
 find (``# family:`` and ``# variable:``). Every cell runs through ``shell.run_cell``, exactly as in a notebook:
 the extension records the journal, captures fd 2, builds the Incident and diagnoses it in its own
-``post_run_cell`` hook. In the CUDA form, ``nb_cudaguard.testing`` turns the op's CPU error into the CUDA error,
-prints the device assertion on fd 2 and poisons the simulated context, as a GPU would.
+``post_run_cell`` hook. Scenarios are written as for a GPU (``device = "cuda" if torch.cuda.is_available() else
+"cpu"``, ``.to(device)``): the CPU form runs them on the CPU; the CUDA form turns on the simulated GPU of
+``nb_cudaguard.testing``, where the tensors moved to the device cannot be read once a device assert has poisoned
+it, so the diagnosis works from what survives, as on a real GPU.
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ class Outcome:
         return self.causes[0] if self.causes else None
 
     @property
+    def values(self) -> bool:
+        """The top cause quotes the offending values (read from the tensor, a host copy or %%cudacheck)."""
+        top = self.top
+        return top is not None and any(e.values for e in top.evidence if e.kind in ("tensor", "guard"))
+
+    @property
+    def pinned(self) -> bool:
+        """Right family and variable, with the offending values and their positions."""
+        top = self.top
+        return self.named and any(e.values and e.positions for e in top.evidence if e.kind in ("tensor", "guard"))
+
+    @property
     def named(self) -> bool:
         top = self.top
         return top is not None and top.family == self.scenario.family and top.variable == self.scenario.variable
@@ -77,7 +91,9 @@ def shell():
     return InteractiveShell.instance()
 
 
-def run(scenario: Scenario, form: str = "cpu", quiet: bool = True) -> Outcome:
+def run(scenario: Scenario, form: str = "cpu", quiet: bool = True, check_last: bool = False) -> Outcome:
+    """``form``: "cpu" (no GPU) or "cuda" (the simulated GPU). ``check_last``: run the failing cell under
+    ``%%cudacheck``, as "Restart, replay & diagnose" does in the restarted process after replaying the others."""
     import nb_cudaguard
     from nb_cudaguard import testing
 
@@ -97,8 +113,9 @@ def run(scenario: Scenario, form: str = "cpu", quiet: bool = True) -> Outcome:
             sys.stdout = sys.stderr = devnull
         if form == "cuda":
             testing.enable()
-        for cell in scenario.cells:
-            result = ip.run_cell(cell, store_history=True)
+        for index, cell in enumerate(scenario.cells):
+            last = index == len(scenario.cells) - 1
+            result = ip.run_cell("%%cudacheck\n" + cell if check_last and last else cell, store_history=True)
             if result.error_in_exec is not None:
                 break
     finally:

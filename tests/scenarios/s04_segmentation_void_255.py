@@ -4,8 +4,9 @@
 import torch
 import torch.nn.functional as F
 
-logits = torch.randn(2, 3, 8, 8)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+logits = torch.randn(2, 3, 8, 8, device=device)
 mask = torch.randint(0, 3, (2, 8, 8))
 mask[0, :2, :2] = 255
 # %%
-loss = F.cross_entropy(logits, mask)
+loss = F.cross_entropy(logits, mask.to(device))

@@ -4,8 +4,9 @@
 import torch
 from torch import nn
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
 criterion = nn.CrossEntropyLoss()
-logits = torch.randn(5, 4)
-labels = torch.tensor([0, 3, -1, 2, -1])
+logits = torch.randn(5, 4, device=device)
+labels = torch.tensor([0, 3, -1, 2, -1]).to(device)
 # %%
 loss = criterion(logits, labels)

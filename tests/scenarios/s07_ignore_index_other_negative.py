@@ -4,8 +4,9 @@
 import torch
 from torch import nn
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
 criterion = nn.CrossEntropyLoss(ignore_index=-1)
-emissions = torch.randn(6, 5)
+emissions = torch.randn(6, 5, device=device)
 tags = torch.tensor([1, 4, -1, -2, -2, 0])
 # %%
-loss = criterion(emissions, tags)
+loss = criterion(emissions, tags.to(device))

@@ -4,7 +4,8 @@
 import torch
 import torch.nn.functional as F
 
-log_probs = torch.randn(6, 5).log_softmax(dim=1)
-target = torch.tensor([0, 1, 7, 3, 4, 2])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+log_probs = torch.randn(6, 5, device=device).log_softmax(dim=1)
+target = torch.tensor([0, 1, 7, 3, 4, 2]).to(device)
 # %%
 loss = F.nll_loss(log_probs, target)

@@ -4,7 +4,8 @@
 import torch
 from torch import nn
 
-emb = nn.Embedding(10, 4)
-ids = torch.tensor([[1, 5, 10], [2, 3, 4]])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+emb = nn.Embedding(10, 4).to(device)
+ids = torch.tensor([[1, 5, 10], [2, 3, 4]], device=device)
 # %%
 vectors = emb(ids)

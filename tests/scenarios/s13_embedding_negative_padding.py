@@ -4,7 +4,8 @@
 import torch
 from torch import nn
 
-embedding = nn.Embedding(100, 8)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+embedding = nn.Embedding(100, 8).to(device)
 tokens = torch.tensor([[5, 17, 42, -1, -1]])
 # %%
-out = embedding(tokens)
+out = embedding(tokens.to(device))

@@ -4,7 +4,8 @@
 import torch
 from tinyhf import TinyBertForSequenceClassification, TinyConfig
 
-model = TinyBertForSequenceClassification(TinyConfig(max_position_embeddings=16))
-input_ids = torch.randint(4, 60, (2, 24))
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = TinyBertForSequenceClassification(TinyConfig(max_position_embeddings=16)).to(device)
+input_ids = torch.randint(4, 60, (2, 24), device=device)
 # %%
 logits = model(input_ids)["logits"]

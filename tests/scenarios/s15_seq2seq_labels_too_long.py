@@ -4,8 +4,9 @@
 import torch
 from tinyhf import TinyConfig, TinySeq2Seq
 
-model = TinySeq2Seq(TinyConfig(max_position_embeddings=16))
-input_ids = torch.randint(4, 60, (2, 10))
-labels = torch.randint(4, 60, (2, 40))
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = TinySeq2Seq(TinyConfig(max_position_embeddings=16)).to(device)
+input_ids = torch.randint(4, 60, (2, 10), device=device)
+labels = torch.randint(4, 60, (2, 40), device=device)
 # %%
 loss = model(input_ids, labels)

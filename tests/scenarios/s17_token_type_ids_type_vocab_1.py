@@ -4,8 +4,9 @@
 import torch
 from tinyhf import TinyBertForSequenceClassification, TinyConfig
 
-model = TinyBertForSequenceClassification(TinyConfig(type_vocab_size=1))
-input_ids = torch.randint(4, 60, (1, 8))
-token_type_ids = torch.tensor([[0, 0, 0, 0, 2, 2, 2, 2]])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = TinyBertForSequenceClassification(TinyConfig(type_vocab_size=1)).to(device)
+input_ids = torch.randint(4, 60, (1, 8), device=device)
+token_type_ids = torch.tensor([[0, 0, 0, 0, 2, 2, 2, 2]], device=device)
 # %%
 outputs = model(input_ids, token_type_ids=token_type_ids)

@@ -4,8 +4,9 @@
 import torch
 from tinyhf import TinyBertForSequenceClassification, TinyConfig
 
-model = TinyBertForSequenceClassification(TinyConfig(type_vocab_size=2))
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = TinyBertForSequenceClassification(TinyConfig(type_vocab_size=2)).to(device)
 ids = torch.randint(4, 60, (1, 9))
 segment_ids = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2, 2]])
 # %%
-outputs = model(ids, segment_ids)
+outputs = model(ids.to(device), segment_ids.to(device))

@@ -3,6 +3,7 @@
 # x[15] on a 10-element tensor.
 import torch
 
-x = torch.arange(10)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.arange(10, device=device)
 # %%
 value = x[15]

@@ -3,7 +3,8 @@
 # index_select with an index equal to the dimension's size.
 import torch
 
-feats = torch.randn(6, 4)
-keep = torch.tensor([0, 2, 6])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+feats = torch.randn(6, 4, device=device)
+keep = torch.tensor([0, 2, 6], device=device)
 # %%
 picked = feats.index_select(0, keep)

@@ -1,9 +1,13 @@
 # family: gather_scatter_index
-# variable: choice
-# torch.gather picking column 5 of a 3-column tensor.
+# variable: actions
+# A DQN update: Q-values gathered at the actions taken, one action id past the 3 the network has.
 import torch
+from torch import nn
 
-scores = torch.randn(4, 3)
-choice = torch.tensor([[0], [2], [5], [1]])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+net = nn.Linear(6, 3).to(device)
+states = torch.randn(4, 6)
+actions = torch.tensor([0, 2, 5, 1])
+q = net(states.to(device))
 # %%
-picked = torch.gather(scores, 1, choice)
+picked = q.gather(1, actions.to(device).unsqueeze(1))

@@ -1,9 +1,11 @@
 # family: gather_scatter_index
-# variable: index
-# Building one-hot rows with scatter_, one class id past the number of columns.
+# variable: idx
+# Summing rows per group with scatter_add_, one group id past the 4 rows of the result.
 import torch
 
-index = torch.tensor([[0], [4], [2]])
-onehot = torch.zeros(3, 4)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+counts = torch.zeros(4, 3, device=device)
+m = torch.ones(3, 3, device=device)
+idx = torch.tensor([0, 4, 2], device=device).unsqueeze(1)
 # %%
-onehot.scatter_(1, index, 1.0)
+counts.scatter_add_(0, idx.expand_as(m), m)

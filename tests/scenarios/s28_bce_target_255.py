@@ -4,7 +4,8 @@
 import torch
 import torch.nn.functional as F
 
-probs = torch.rand(2, 1, 4, 4)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+probs = torch.rand(2, 1, 4, 4, device=device)
 mask = (torch.rand(2, 1, 4, 4) > 0.5).float() * 255
 # %%
-loss = F.binary_cross_entropy(probs, mask)
+loss = F.binary_cross_entropy(probs, mask.to(device))

@@ -4,8 +4,9 @@
 import torch
 from torch import nn
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
 criterion = nn.BCELoss()
-pred = torch.sigmoid(torch.tensor([0.3, float("nan"), -1.0]))
-truth = torch.tensor([1.0, 0.0, 1.0])
+pred = torch.sigmoid(torch.tensor([0.3, float("nan"), -1.0], device=device))
+truth = torch.tensor([1.0, 0.0, 1.0], device=device)
 # %%
 loss = criterion(pred, truth)

@@ -4,8 +4,9 @@
 import torch
 import torch.nn.functional as F
 
-log_probs = torch.randn(50, 2, 20).log_softmax(2)
-targets = torch.randint(1, 20, (2, 10))
+device = "cuda" if torch.cuda.is_available() else "cpu"
+log_probs = torch.randn(50, 2, 20, device=device).log_softmax(2)
+targets = torch.randint(1, 20, (2, 10), device=device)
 input_lengths = torch.tensor([60, 50])
 target_lengths = torch.tensor([10, 10])
 # %%

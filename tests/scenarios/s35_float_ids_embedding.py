@@ -4,7 +4,8 @@
 import torch
 from torch import nn
 
-embed = nn.Embedding(20, 4)
-ids = torch.tensor([[1.0, 2.0, 3.0]])
+device = "cuda" if torch.cuda.is_available() else "cpu"
+embed = nn.Embedding(20, 4).to(device)
+ids = torch.tensor([[1.0, 2.0, 3.0]], device=device)
 # %%
 vectors = embed(ids)

@@ -76,7 +76,7 @@ class TinyEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        position_ids = torch.arange(input_ids.shape[1]).unsqueeze(0)
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         words = self.word_embeddings(input_ids)
@@ -131,7 +131,7 @@ class LearnedPositionalEmbedding(nn.Embedding):
         super().__init__(num_positions + self.offset, dim)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1]).unsqueeze(0) + self.offset
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0) + self.offset
         return super().forward(positions)
 
 

@@ -96,7 +96,9 @@ def _class_counts(ctx: Context, call: LossCall) -> list[ClassCount]:
     for key in ("num_labels", "num_classes", "n_classes"):
         fact = ctx.static.keyword(key)
         if fact is not None:
-            counts.append(ClassCount(cast(int, fact.value), f"`{fact.line}`", _source(f"{key}={fact.value}", fact.line)))
+            counts.append(
+                ClassCount(cast(int, fact.value), f"`{fact.line}`", _source(f"{key}={fact.value}", fact.line))
+            )
     if ctx.static.linears:
         fact = ctx.static.linears[-1]
         outputs = cast(tuple[Any, Any], fact.value)[1]

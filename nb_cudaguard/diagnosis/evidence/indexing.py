@@ -7,6 +7,7 @@ that holds the NaN, when one is in reach.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
@@ -123,7 +124,7 @@ def _index_select(ctx: Context, call: CallSite) -> list[Cause]:
         return []
     if call.name == "take":
         index = ctx.tensor(call.args[0] if method else (call.args[1] if len(call.args) > 1 else None))
-        size, where = int(getattr(source.obj, "numel")()), f"{source.name}.numel()"
+        size, where = math.prod(int(n) for n in _shape(source.obj)), f"{source.name}.numel()"
     else:
         dim = _dim_arg(ctx, call, 0 if method else 1)
         index = ctx.tensor(

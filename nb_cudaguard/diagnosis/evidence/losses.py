@@ -181,7 +181,7 @@ def _ctc(ctx: Context, call: CallSite) -> list[Cause]:
             fix = f"{tensor.name} must lie in [{low}, {high}) ({source})."
             return [ctx.cause("ctc_loss", 0.88, tensor.name, fix, evidence)]
     found = ctx.outside(targets.obj, blank, blank + 1)
-    if found is not None and found.count < len(getattr(targets.obj, "reshape")(-1)):
+    if found is not None and found.count < _numel(targets.obj):
         evidence = [ctx.tensor_evidence(targets, f"contains the blank index {blank}")]
         fix = f"Targets must not contain the blank label ({blank}): shift labels to start at {blank + 1}."
         return [ctx.cause("ctc_loss", 0.8, targets.name, fix, evidence)]
@@ -210,6 +210,10 @@ def _longer(ctx: Context, target_lengths: Any, input_lengths: Any) -> int:
         return 0
     with internal_use():
         return int((target_lengths.cpu() > input_lengths.cpu()).sum())
+
+
+def _numel(obj: Any) -> int:
+    return int(obj.size if not callable(obj.size) else obj.numel())
 
 
 def _rank(obj: object) -> int:

@@ -1,0 +1,237 @@
+"""The simulated device: CPU tensors that the notebook put "on the GPU", tracked in a side table.
+
+A real poisoned GPU keeps a tensor's metadata (shape, dtype, device) readable on the host and refuses every read of
+its values; the host's own memory stays readable. To play that part without a GPU, the simulation never makes a
+tensor that claims to live on CUDA (ATen's autograd engine and device guards would need a CUDA runtime). Instead:
+
+* **Where a tensor lives** is a side table keyed by weak references to storages (``StorageWeakRef``, as torch's own
+  functionalisation does): views share their base's storage, so a view of a device tensor is on the device too, and
+  the entry goes when the storage is freed.
+* **Putting a tensor on the device** (``.to("cuda")``, ``.cuda()``, ``device="cuda"`` in a factory,
+  ``module.to(device)``, which calls ``.to`` on every parameter) is caught by a ``TorchFunctionMode``: the call
+  runs on the CPU into a *new* storage (the host original stays a separate, readable object, as on a GPU) and the
+  result is recorded. Results of ops on device tensors are recorded by the dispatch mode in ``faults.py``, which sees
+  every ATen op, backward included.
+* **What the notebook sees**: the same mode answers ``.device`` (``cuda:0``), ``.is_cuda``, ``.is_cpu`` and
+  ``.get_device()`` for recorded tensors, ``.numpy()`` refuses them as on CUDA, ``repr`` shows ``device='cuda:0'``,
+  and ``torch.cuda.is_available()`` / ``device_count()`` / ``get_device_name()`` / ``synchronize()`` answer for one
+  device, so ``device = "cuda" if torch.cuda.is_available() else "cpu"`` picks it.
+* **Reads that leave the device** (``.cpu()``, ``.to("cpu")``, ``.tolist()``, ``.item()``, printing, a comparison
+  used as a bool) copy to a new host storage while the context is healthy and raise the CUDA error once it is
+  poisoned, for the user and the extension alike.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+DEVICE_NAME = "nb_cudaguard simulated GPU"
+NUMPY_REFUSAL = (
+    "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+)
+
+
+class Table:
+    """Storages on the simulated device, by weak reference (the entry dies with the storage)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[Any, None] = {}
+
+    def _key(self, tensor: torch.Tensor) -> Any | None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        try:
+            return StorageWeakRef(tensor.untyped_storage())
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse and other storage-less layouts
+            return None
+
+    def add(self, tensor: torch.Tensor) -> None:
+        key = self._key(tensor)
+        if key is not None:
+            if len(self._refs) > 4096:
+                self._refs = {ref: None for ref in self._refs if not ref.expired()}
+            self._refs[key] = None
+
+    def __contains__(self, tensor: object) -> bool:
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(tensor, torch.Tensor) or not self._refs:
+            return False
+        key = self._key(tensor)
+        return key is not None and key in self._refs and not key.expired()
+
+    def discard(self, tensor: torch.Tensor) -> None:
+        key = self._key(tensor)
+        if key is not None:
+            self._refs.pop(key, None)
+
+    def clear(self) -> None:
+        self._refs.clear()
+
+
+def tensors_in(value: object) -> Iterator[torch.Tensor]:
+    """Every tensor in an op's arguments or result (lists, tuples, dicts, nested)."""
+    from torch.utils._pytree import tree_flatten
+
+    torch = sys.modules["torch"]
+    leaves, _ = tree_flatten(value)
+    return (leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+
+def is_cuda_device(device: object) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")`` or a bare index (``device=0`` means a GPU in torch)."""
+    torch = sys.modules["torch"]
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.split(":")[0] == "cuda"
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], BaseException]) -> TorchFunctionMode:
+    """The mode that moves tensors to the simulated device and answers device queries for them."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    tensor_cls = torch.Tensor
+    cuda0 = torch.device("cuda", 0)
+    getters = {
+        "device": lambda t: cuda0,
+        "is_cuda": lambda t: True,
+        "is_cpu": lambda t: False,
+    }
+
+    def to_device(tensor: torch.Tensor, dtype: Any = None, **options: Any) -> torch.Tensor:
+        if tensor in table:
+            return tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
+        if poisoned():
+            raise fail()  # a copy to a poisoned device fails
+        moved = tensor.to("cpu", dtype=dtype, copy=True, **options)
+        table.add(moved)
+        return moved
+
+    def to_host(tensor: torch.Tensor, dtype: Any = None, **options: Any) -> torch.Tensor:
+        if poisoned():
+            raise fail()
+        copy = tensor.to("cpu", dtype=dtype, copy=True, **options)
+        table.discard(copy)  # the dispatch mode recorded the copy as an op's result on the device: it is not
+        return copy
+
+    def getter_name(func: Any) -> str | None:
+        owner = getattr(func, "__self__", None)
+        name = getattr(owner, "__name__", None)
+        return name if getattr(func, "__name__", "") == "__get__" and name in getters else None
+
+    class SimulatedDeviceMode(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Sequence[type], args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            name = getter_name(func)
+            if name is not None:
+                return getters[name](args[0]) if args[0] in table else func(*args, **kwargs)
+            if func is tensor_cls.to:
+                return _to(args, kwargs)
+            if func is tensor_cls.cuda:
+                return to_device(args[0], non_blocking=kwargs.get("non_blocking", False))
+            if func is tensor_cls.cpu:
+                return to_host(args[0]) if args[0] in table else func(*args, **kwargs)
+            if func is tensor_cls.get_device:
+                return 0 if args[0] in table else func(*args, **kwargs)
+            if func is tensor_cls.numpy and args[0] in table:
+                raise TypeError(NUMPY_REFUSAL)
+            if func is tensor_cls.tolist and args[0] in table and poisoned():
+                raise fail()
+            if func is tensor_cls.__repr__ and args[0] in table:
+                if poisoned():  # printing reads the values, and torch's printing runs outside dispatch modes
+                    raise fail()
+                text: str = func(*args, **kwargs)
+                return text[:-1] + ", device='cuda:0')" if text.endswith(")") else text
+            if func is torch._C._nn.one_hot and args and args[0] in table:
+                return _one_hot_as_on_cuda(*args, **kwargs)
+            if "device" in kwargs and is_cuda_device(kwargs["device"]):
+                if poisoned():
+                    raise fail()
+                kwargs["device"] = "cpu"
+                return _record(func(*args, **kwargs), args)
+            return func(*args, **kwargs)
+
+    def _to(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        tensor, rest = args[0], args[1:]
+        options = dict(kwargs)
+        options.pop("copy", None)
+        if rest and isinstance(rest[0], tensor_cls):  # .to(other): other's device and dtype
+            target, dtype = (cuda0 if rest[0] in table else torch.device("cpu")), rest[0].dtype
+            moved: dict[str, Any] = {}
+        else:
+            target, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **options)
+            moved = {"non_blocking": non_blocking}
+            if memory_format is not None:
+                moved["memory_format"] = memory_format
+        if target is not None and target.type == "cuda":
+            return to_device(tensor, dtype, **moved)
+        if target is not None and target.type == "cpu" and tensor in table:
+            return to_host(tensor, dtype, **moved)
+        return tensor.to(*rest, **kwargs)
+
+    def _record(result: Any, inputs: Sequence[Any]) -> Any:
+        """A factory's result on the device; one that shares a host input's storage (``as_tensor``) is copied first."""
+        host = {id(t.untyped_storage()) for t in tensors_in(inputs) if t not in table}
+        if isinstance(result, tensor_cls):
+            if host and id(result.untyped_storage()) in host:
+                result = result.clone()
+            table.add(result)
+            return result
+        for tensor in tensors_in(result):
+            table.add(tensor)
+        return result
+
+    def _one_hot_as_on_cuda(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+        """Onehot.cpp off the CPU: no host check of the values, the scatter's device assert catches them."""
+        if tensor.dtype != torch.long:
+            raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+        if tensor.numel() == 0:
+            return torch.nn.functional.one_hot(tensor, num_classes)
+        if num_classes == -1:
+            num_classes = int(tensor.max().item()) + 1
+        elif num_classes < 1:
+            raise RuntimeError("num_classes should be positive")
+        result = torch.zeros((*tensor.shape, num_classes), dtype=torch.long)
+        table.add(result)
+        return result.scatter_(-1, tensor.unsqueeze(-1), 1)
+
+    return SimulatedDeviceMode()
+
+
+def patch_torch_cuda(poisoned: Callable[[], bool], fail: Callable[[], BaseException]) -> dict[str, Any]:
+    """``torch.cuda``'s questions answered for one simulated device; returns what it replaced, for ``unpatch``."""
+    import torch
+
+    def synchronize(device: object = None) -> None:
+        if poisoned():
+            raise fail()
+
+    replacements: dict[str, Any] = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "get_device_name": lambda device=None: DEVICE_NAME,
+        "synchronize": synchronize,
+    }
+    saved = {name: getattr(torch.cuda, name) for name in replacements}
+    for name, value in replacements.items():
+        setattr(torch.cuda, name, value)
+    return saved
+
+
+def unpatch_torch_cuda(saved: dict[str, Any]) -> None:
+    torch = sys.modules["torch"]
+    for name, value in saved.items():
+        setattr(torch.cuda, name, value)
