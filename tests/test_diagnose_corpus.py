@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import corpus_score  # noqa: E402
 
 # (top-1 family, top-1 in the right group), as measured by tools/corpus_score.py: floors, not targets.
-FLOORS = {"held_out": (23, 42), "dev": (58, 86)}
+FLOORS = {"held_out": (25, 42), "dev": (62, 88)}
 
 
 def _explain(entry: dict):
@@ -57,12 +57,25 @@ def test_the_split_is_fixed_by_the_source_and_the_halves_are_sizeable():
     assert len({e["url"] for e in ENTRIES}) == len(ENTRIES)
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def _names_or_doubts(entry: dict) -> bool:
+    """A miss must still name the confirmed family, or say how unsure it is."""
+    diagnosis = _explain(entry)
+    families = [c.family for c in diagnosis.causes]
+    return families[:1] == [entry["family"]] or entry["family"] in families or bool(diagnosis.notes)
+
+
+DEV = [e for e in ENTRIES if e["split"] == "dev"]
+
+
+@pytest.mark.parametrize("entry", DEV, ids=[e["id"] for e in DEV])
 def test_confirmed_family_is_among_the_causes(entry):
-    families = [c.family for c in _explain(entry).causes]
-    if [entry["family"]] != families[:1]:
-        # a miss must still name the family, and say how unsure it is
-        assert entry["family"] in families or _explain(entry).notes
+    assert _names_or_doubts(entry)
+
+
+def test_confirmed_family_is_among_the_causes_held_out_in_aggregate():
+    held_out = [e for e in ENTRIES if e["split"] == "held_out"]
+    silent = sum(not _names_or_doubts(e) for e in held_out)
+    assert silent == 0, f"{silent} of {len(held_out)} held-out logs neither name the family nor doubt"  # no ids
 
 
 def test_explain_code_option_adds_static_evidence(tmp_path):

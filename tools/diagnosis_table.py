@@ -122,6 +122,22 @@ def main() -> None:
         "(the workspace scan, the static facts, the traceback hints, one analyser per group of families, and the",
         "prior: how often each family caused the same symptom in the corpus's dev half).",
         "",
+        "Narrowing within a group, each saying which evidence did it (a note and the evidence's `kind`):",
+        "",
+        "- `evidence/lognumbers.py` (kind `log`): numbers the log prints. An id against the size PyTorch printed",
+        "  with it (`index 50265 is out of bounds ... with size 50265`: the id equal to the size is the one a first",
+        "  added token gets; a table of 1 or 2 rows is a token-type table; a size matching a printed position",
+        "  table is a long sequence), printed `input_ids` against a printed `vocab_size` or word-embedding table,",
+        "  printed labels against a printed head (`Linear(..., out_features=K)`) or `num_labels` (255, -1, labels",
+        "  numbered from 1, a head too small), and `indexSelectSmallIndex`, which PyTorch runs for at most 16",
+        "  indices: a per-sample id table, or one decoding step of a generation loop (its position).",
+        "- `evidence/codehints.py` (kind `source`): `--code` read statically. Labels shifted by one, a class count",
+        "  `len(...) - 1`, a label constant stored at or past a class-count constant (not the declared",
+        "  ignore_index), a literal `pad_token` with no `resize_token_embeddings`, `randint` ids or a `max_length`",
+        "  past a known checkpoint's vocabulary or positions (`data/checkpoints.json`, from the checkpoints'",
+        "  config.json), and `one_hot(`, `multinomial(`, `ctc_loss(` naming their group.",
+        "- `evidence/textual.py` (kind `traceback`): the library frames (which embedding table, which loss).",
+        "",
     ]
     lines += corpus_section() + scenarios_section()
     lines += [

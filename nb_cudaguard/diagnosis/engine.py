@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence, cause_from_check
-from nb_cudaguard.diagnosis.evidence import classes, embeddings, indexing, losses, prior, textual
+from nb_cudaguard.diagnosis.evidence import classes, codehints, embeddings, indexing, lognumbers, losses, prior, textual
 from nb_cudaguard.diagnosis.evidence.context import Context
 from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
 from nb_cudaguard.diagnosis.evidence.workspace import build_workspace
@@ -48,7 +48,11 @@ _ALSO_SUPPORTED_BY = {
     "dtype": ("class_index", "embedding", "index"),
 }
 _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
+# Groups whose assertion says which family failed (Loss.cu asserts the BCE input and the target separately): the
+# prior ranks the others' families within the group, never the asserted one below its sibling.
+_ASSERTION_NAMES_FAMILY = frozenset({"bce"})
 _VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
+_NARROWING = ("traceback", "log", "source")  # inferred evidence that names a family within the printed group
 PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
 PRIOR_FAMILIES = 3  # families the prior adds on its own when nothing names a group
 DECIDE = (
@@ -106,7 +110,9 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
         return Diagnosis(causes=[cause_from_check(incident.exception)], notes=[note])
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
-    hints = textual.hints_for(incident)
+    sources = _sources(incident, code, journal)
+    static = read_sources(sources)
+    hints = textual.hints_for(incident) + lognumbers.hints_for(incident) + codehints.hints_for(sources, static)
     plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
     if plain_python_error and code is None and not asserted and not hints:
         if incident.health.source == "log":
@@ -120,7 +126,7 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
     ctx = Context(
         incident=incident,
         workspace=build_workspace(incident),
-        static=read_sources(_sources(incident, code, journal)),
+        static=static,
         line=_failing_line(incident),
         expected_groups=frozenset(expected - {"other"}),
     )
@@ -142,7 +148,8 @@ def _rank(
     for cause in asserted.values():
         group = group_of(cause.family)
         if group != "other" and (group not in group_support or group_support[group].confidence < cause.confidence):
-            group_support[group] = cause
+            # a copy: the asserted cause is also ranked below, and its ranking must not move its group's support
+            group_support[group] = Cause(cause.family, cause.confidence, cause.summary, cause.fix, list(cause.evidence))
     merged: dict[str, Cause] = {}
     own: dict[str, float] = {}
     for cause in found:  # the analysers' best cause per family
@@ -157,7 +164,7 @@ def _rank(
             if known_hint is None or known_hint.weight < hint.weight:
                 group_hints[group_of(hint.family)] = hint
             continue
-        evidence = Evidence("traceback", hint.text, direct=False)
+        evidence = Evidence(hint.kind, hint.text, direct=False)
         if hint.family in merged:
             merged[hint.family].evidence.append(evidence)
             own[hint.family] = _combine(own[hint.family], hint.weight)
@@ -183,7 +190,8 @@ def _rank(
         support = max(candidates, key=lambda c: c.confidence, default=None)
         within = ranking.within_group(family) if ranking is not None else 1.0
         if support is not None:
-            if own[family] > 0 or ranking is None or group_of(support.family) != group:
+            named = group in _ASSERTION_NAMES_FAMILY and family in asserted
+            if own[family] > 0 or ranking is None or group_of(support.family) != group or named:
                 cause.confidence = _combine(support.confidence, own[family])
             else:  # the group is known, the family within it only by the prior
                 cause.confidence = support.confidence * within
@@ -270,7 +278,14 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
         )
     elif top is not None and top.family != "other" and not any(e.kind in _VALUES for e in top.evidence):
         direct = next(e for e in top.evidence if e.direct)
-        notes.append(f"Ranked first by: {direct.text}. No value was read to confirm it. {DECIDE}")
+        narrowed = next((e for e in top.evidence if not e.direct and e.kind in _NARROWING), None)
+        if narrowed is not None and direct.kind in ("assertion", "error_text"):
+            notes.append(
+                f"The printed error names the group; narrowed to `{top.family}` by: {narrowed.text} (inferred, no "
+                f"value was read). {DECIDE}"
+            )
+        else:
+            notes.append(f"Ranked first by: {direct.text}. No value was read to confirm it. {DECIDE}")
     if top is None:
         notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
     elif top.family == "illegal_memory_access":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -87,7 +88,9 @@ def _source_line(lines: list[str], node: ast.AST) -> str:
     return lines[number - 1].strip() if 0 < number <= len(lines) else ""
 
 
-def _parse(source: str) -> ast.AST | None:
+def parse_source(source: str) -> ast.AST | None:
+    """A cell, a script or a snippet pasted from a function body (indented as a whole)."""
+    source = textwrap.dedent(source)
     try:
         return ast.parse(source)
     except SyntaxError:
@@ -106,10 +109,10 @@ def read_sources(sources: Iterable[str]) -> StaticFacts:
 
 
 def _read(source: str, facts: StaticFacts) -> None:
-    tree = _parse(source)
+    tree = parse_source(source)
     if tree is None:
         return
-    lines = source.splitlines()
+    lines = textwrap.dedent(source).splitlines()
     targets: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:

@@ -42,7 +42,8 @@ _EMBEDDING_ROLES = (
 _FRAME_HINTS = (
     (
         "embedding_index_out_of_range",
-        r"\bembedding\(|Embedding\.forward|F\.embedding|\bembeddings?\(",
+        # an embedding layer's own sum of its lookups (``inputs_embeds + position_embeddings + ...``) follows them
+        r"\bembedding\(|Embedding\.forward|F\.embedding|\bembeddings?\(|\w*embed\w* \+ \w*embeddings\b",
         0.4,
         "the failing frames call an embedding",
     ),
@@ -139,6 +140,7 @@ class Hint:
     weight: float
     text: str
     group_only: bool = False
+    kind: str = "traceback"  # the evidence it becomes: "traceback", "log" (numbers printed in it), "source" (code)
 
 
 _FRAMES_LOOKED_AT = 8

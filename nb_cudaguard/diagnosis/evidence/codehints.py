@@ -1,0 +1,157 @@
+"""What the user's code, read statically, says about the cause when no value is in reach (``explain --code``).
+
+The other analysers read the user's objects and use the code to name them; these rules read the code alone:
+labels shifted by one or a class count computed one short, a label constant stored beyond the class count, a new
+padding token set on a tokenizer whose model is never resized, random ids drawn past a known checkpoint's
+vocabulary, a ``max_length`` beyond its positions, and the ops whose own argument decides the family
+(``one_hot(``, ``multinomial(``). A checkpoint's sizes come from its published config (``data/checkpoints.json``).
+
+Each rule says which line it read (``Hint.text``); all are inferred evidence, weaker than a value read.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+from functools import lru_cache
+from importlib import resources
+
+from nb_cudaguard.diagnosis.evidence.static import StaticFacts, parse_source
+from nb_cudaguard.diagnosis.evidence.textual import Hint
+
+_LABEL_NAME = r"(?:\w*labels?|\w*targets?|\w*_y|y|\w*masks?|\w*classes)"
+_SHIFTED_UP = re.compile(rf"\b{_LABEL_NAME}\b(?:\[[^\]]*\])?\s*(?:\+=\s*1\b|=\s*[\w.\[\]]*\s*\+\s*1\b)")
+_SHIFTED_UP_USE = re.compile(rf"\b{_LABEL_NAME}\s*\+\s*1\b")
+_SHIFTED_DOWN = re.compile(rf"\b{_LABEL_NAME}\s*(?:-=\s*1\b|-\s*1\b)")
+_COUNT_NAME = re.compile(r"^(?:num_classes|n_classes|nclasses|num_labels|n_labels|classes|nc|label_nc|num_class)$")
+_COUNT_SHORT = re.compile(r"^\s*(\w+)\s*=\s*len\(.*\)\s*-\s*1\s*$", re.MULTILINE)
+_PAD_LITERAL = re.compile(r"\.pad_token\s*=\s*[\"']")
+_LABEL_CONTAINER = re.compile(r"label|target|mask|(?:^|_)y$|seg", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def _checkpoints() -> dict[str, list[int]]:
+    raw = resources.files("nb_cudaguard").joinpath("data/checkpoints.json").read_text()
+    return dict(json.loads(raw)["checkpoints"])
+
+
+def checkpoint_sizes(name: str) -> tuple[str, int, int, int] | None:
+    """(matched name, vocab_size, usable positions, type_vocab_size) of the longest known name inside ``name``."""
+    lowered = name.lower()
+    known = [key for key in _checkpoints() if key in lowered]
+    if not known:
+        return None
+    key = max(known, key=len)
+    vocab, positions, types = _checkpoints()[key]
+    return key, vocab, positions, types
+
+
+def hints_for(sources: Iterable[str], facts: StaticFacts) -> list[Hint]:
+    texts = [s for s in sources if s]
+    if not texts:
+        return []
+    text = "\n".join(texts)
+    hints = _shifted(text) + _checkpoint(facts) + _ops(facts)
+    if _PAD_LITERAL.search(text) and not facts.resized:
+        line = _line_of(_PAD_LITERAL, text)
+        hints.append(
+            Hint("vocab_resize_missing", 0.55, f"`{line}` sets a new padding token and nothing resizes the model")
+        )
+    for source in texts:
+        hints += _label_constants(source, facts)
+    return [replace(hint, kind="source") for hint in hints]
+
+
+def _line_of(pattern: re.Pattern[str], text: str) -> str:
+    match = pattern.search(text)
+    if match is None:
+        return ""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return text[start : end if end >= 0 else len(text)].strip()[:100]
+
+
+def _shifted(text: str) -> list[Hint]:
+    hints = []
+    for pattern in (_SHIFTED_UP, _SHIFTED_UP_USE):
+        if pattern.search(text):
+            line = _line_of(pattern, text)
+            hints.append(
+                Hint("label_out_of_range", 0.4, f"`{line}` shifts labels up by one: the last reaches the count")
+            )
+            break
+    if _SHIFTED_DOWN.search(text):
+        line = _line_of(_SHIFTED_DOWN, text)
+        hints.append(Hint("negative_label", 0.35, f"`{line}` shifts labels down by one: a label 0 becomes -1"))
+    short = next((m for m in _COUNT_SHORT.finditer(text) if _COUNT_NAME.match(m.group(1))), None)
+    if short is not None:
+        line = short.group(0).strip()
+        hints.append(Hint("num_classes_mismatch", 0.45, f"`{line}` counts one class fewer than there are"))
+    return hints
+
+
+def _checkpoint(facts: StaticFacts) -> list[Hint]:
+    """Random ids drawn past the loaded checkpoint's vocabulary; a ``max_length`` past its positions."""
+    known = [(fact, checkpoint_sizes(str(fact.value))) for fact in facts.pretrained]
+    found = [(fact, sizes) for fact, sizes in known if sizes is not None]
+    if not found:
+        return []
+    _, (name, vocab, positions, _) = found[-1]
+    hints = []
+    for call in facts.called("randint"):
+        node = call.value
+        if not isinstance(node, ast.Call):
+            continue
+        bounds = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+        high = bounds[1] if len(bounds) >= 2 else bounds[0] if bounds else None
+        if high is not None and high > vocab:
+            said = f"`{call.line}` draws ids up to {high - 1}; {name} has {vocab} tokens"
+            hints.append(Hint("embedding_index_out_of_range", 0.6, said))
+    for fact in facts.passed_keywords.get("max_length", []):
+        value = str(fact.value).replace("_", "")
+        if value.isdigit() and int(value) > positions:
+            said = f"`{fact.line}` asks for {value} tokens; {name} has {positions} positions"
+            hints.append(Hint("position_ids_too_long", 0.55, said))
+    return hints
+
+
+def _ops(facts: StaticFacts) -> list[Hint]:
+    """Ops whose own argument decides the family once the log names their group."""
+    hints = []
+    for names, family, what in (
+        (("one_hot",), "one_hot_num_classes", "one_hot"),
+        (("multinomial",), "multinomial_invalid_probs", "multinomial"),
+        (("ctc_loss", "CTCLoss"), "ctc_loss", "a CTC loss"),
+    ):
+        calls = facts.called(*names)
+        if calls:
+            hints.append(Hint(family, 0.3, f"`{calls[-1].line}` calls {what}", group_only=True))
+    return hints
+
+
+def _label_constants(source: str, facts: StaticFacts) -> list[Hint]:
+    """``labels[...] = 254`` with ``classes = 3``: a constant stored in a label container at or past a class count
+    (and not the ignore_index the code declares)."""
+    counts = {name: fact for name, fact in facts.assigned_ints.items() if _COUNT_NAME.match(name)}
+    if not counts:
+        return []
+    ignored = {fact.value for fact in facts.keywords.get("ignore_index", [])}
+    ignored |= {fact.value for name, fact in facts.assigned_ints.items() if "ignore" in name.lower()}
+    tree = parse_source(source)
+    if tree is None:
+        return []
+    count = min(counts.values(), key=lambda fact: int(str(fact.value)))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Subscript) or not _LABEL_CONTAINER.search(ast.unparse(target.value)):
+            continue
+        stored = value.value if isinstance(value, ast.Constant) and type(value.value) is int else None
+        if stored is not None and stored >= int(str(count.value)) and stored not in ignored:
+            said = f"`{ast.unparse(node)}` stores class {stored}; `{count.line}` declares {count.value} classes"
+            return [Hint("label_out_of_range", 0.6, said)]
+    return []
