@@ -47,6 +47,7 @@ def shell():
     ip.run_line_magic("unload_ext", "nb_cudaguard")
     ip.config.pop("CudaGuard", None)
     testing.reset()
+    ip.reset(new_session=False)  # the next test starts from an empty namespace: the diagnosis scans it
 
 
 @pytest.fixture

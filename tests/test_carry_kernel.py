@@ -36,7 +36,7 @@ NOTEBOOK = [
 FAILING = (
     "out = model(features)\nassert frame['x'].shape[0] and tokenizer.vocab and config and on_device.shape\n"
     "assert rng is not None and legacy is not None\n"
-    "loss = torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 9]) + alias_a[0] * 0)"
+    "loss = torch.nn.functional.cross_entropy(out.cuda(), torch.tensor([0, 1, 9], device='cuda') + alias_a[0] * 0)"
 )
 SNAPSHOT = (
     "(float(frame['x'].sum()), int(frame['y'].sum()), sorted(tokenizer.vocab.items()), config, "

@@ -10,7 +10,7 @@ from nb_cudaguard.cli.kernelsession import KernelSession
 
 pytestmark = pytest.mark.kernel
 
-EMBEDDING_SETUP = "import torch\n%cudaguard simulate on\nemb = torch.nn.Embedding(10, 4)\nids = torch.tensor([3, 11])"
+EMBEDDING_SETUP = "import torch\n%cudaguard simulate on\nemb = torch.nn.Embedding(10, 4).to('cuda')\nids = torch.tensor([3, 11]).cuda()"
 
 
 def _report_json(kernel) -> dict:
@@ -69,7 +69,7 @@ def test_poisoned_context_with_captured_assertion(kernel):
     user_frames = [f for f in data["incident"]["frames"] if f["is_user"]]
     assert user_frames[-1]["line"] == "out = emb(ids)"
     assert not data["incident"]["frames"][-1]["is_user"]  # the op raised inside library code
-    later = kernel.run("torch.zeros(3).sum()")
+    later = kernel.run("torch.zeros(3, device='cuda').sum()")
     assert later.status == "error" and "device-side assert" in later.error["evalue"]
 
 

@@ -39,9 +39,9 @@ def test_restart_rebuilds_the_session_after_a_device_assert(kernel):
     for cell in cells:
         run_ok(kernel, cell)
     weight_sum = value(kernel, "model.weight.sum().item()")
-    failing = kernel.run("loss = F.cross_entropy(logits_of(data), torch.tensor(labels))")
+    failing = kernel.run("loss = F.cross_entropy(logits_of(data).cuda(), torch.tensor(labels, device='cuda'))")
     assert failing.status == "error" and "device-side assert" in failing.error["evalue"]
-    assert kernel.run("torch.ones(1) + 1").status == "error"  # the simulated context is poisoned
+    assert kernel.run("torch.ones(1, device='cuda') + 1").status == "error"  # the simulated context is poisoned
     assert value(kernel, "__import__('importlib').import_module('nb_cudaguard.testing').is_poisoned()") is True
 
     started = time.monotonic()
@@ -344,8 +344,9 @@ def test_a_restart_that_cannot_write_its_handoff_runs_the_kept_requests_here_and
 
 def test_a_typo_and_a_mistyped_option_after_the_crash_do_not_lose_the_replay(kernel):
     run_ok(kernel, "%cudaguard simulate on")
-    run_ok(kernel, "import torch\nimport torch.nn.functional as F\nlabels = torch.tensor([0, 5])")
-    assert kernel.run("F.cross_entropy(torch.zeros(2, 3), labels)").status == "error"  # poisons
+    run_ok(kernel, "import torch\nimport torch.nn.functional as F\nlabels = torch.tensor([0, 5]).to('cuda')")
+    failed = kernel.run("F.cross_entropy(torch.zeros(2, 3, device='cuda'), labels)")
+    assert failed.status == "error" and "device-side assert" in failed.error["evalue"]  # poisons
     assert kernel.run("prnt(labels)").status == "error"  # the typo users make next
     assert kernel.run("%cudaguard restart --replay minmal").status == "error"  # a usage error: changes nothing
     restarted = run_ok(kernel, "%cudaguard restart --replay minimal --no-carry")

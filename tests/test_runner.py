@@ -98,8 +98,9 @@ def test_a_kernel_that_dies(tmp_path):
 
 
 POISONING = (
-    "import torch\n%cudaguard simulate on\nX = torch.randn(8, 4)\ny = torch.arange(8)",
-    "model = torch.nn.Linear(4, 5)",
+    "import torch\n%cudaguard simulate on\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+    "X = torch.randn(8, 4).to(device)\ny = torch.arange(8).to(device)",
+    "model = torch.nn.Linear(4, 5).to(device)",
     "loss = torch.nn.functional.cross_entropy(model(X), y)",
     "print('after', tuple(model(X).shape))",
 )

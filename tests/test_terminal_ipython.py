@@ -13,8 +13,8 @@ SESSION = (
     "%load_ext nb_cudaguard\n"
     "import torch\n"
     "%cudaguard simulate on\n"
-    "emb = torch.nn.Embedding(10, 4)\n"
-    "emb(torch.tensor([12]))\n"
+    "emb = torch.nn.Embedding(10, 4).to('cuda')\n"
+    "emb(torch.tensor([12], device='cuda'))\n"
     "%cudaguard report --json\n"
     "print('still', 'alive')\n"
 )

@@ -102,7 +102,7 @@ def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], Bas
 
     tensor_cls = torch.Tensor
     cuda0 = torch.device("cuda", 0)
-    getters = {
+    getters: dict[str, Callable[[Any], Any]] = {
         "device": lambda t: cuda0,
         "is_cuda": lambda t: True,
         "is_cpu": lambda t: False,
@@ -152,7 +152,8 @@ def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], Bas
             if func is tensor_cls.__repr__ and args[0] in table:
                 if poisoned():  # printing reads the values, and torch's printing runs outside dispatch modes
                     raise fail()
-                text: str = func(*args, **kwargs)
+                describe: Callable[..., str] = func  # torch leaves Tensor.__repr__ untyped
+                text = describe(*args, **kwargs)
                 return text[:-1] + ", device='cuda:0')" if text.endswith(")") else text
             if func is torch._C._nn.one_hot and args and args[0] in table:
                 return _one_hot_as_on_cuda(*args, **kwargs)
