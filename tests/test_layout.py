@@ -21,6 +21,7 @@ RANK = {
     "check": 4,
     "replay": 5,
     "carry": 6,
+    "snapshot": 6,
     "relaunch": 7,
     "panel": 8,
     "cli": 9,
