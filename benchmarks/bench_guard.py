@@ -1,11 +1,15 @@
-"""What %%cudacheck costs: training steps guarded vs plain, measured against each other in the same run.
+"""What the checks cost: training steps plain, under the fast checks and under the exact checks (%%cudacheck),
+measured against each other in the same run.
 
-CPU (default): a small transformer LM (2 layers, d=256, sequence 128, batch 16) and a small CNN (batch 64, 32x32),
-one model each, plain and guarded steps interleaved, median of the per-pair ratios.
+CPU (default): a small transformer LM (2 layers, d=256, sequence 128, batch 16), a small CNN (batch 64, 32x32) and
+a launch-bound step (a tiny transformer LM: d=64, sequence 32, batch 8, where the time goes to per-op overhead, as
+on a GPU); one model each, the three kinds of step interleaved (the order rotates every repetition), median of the
+per-repetition ratios. Each step is a cell: the fast steps run with the entry points in place (put there once per
+block of steps, as ``%cudaguard check on`` does once) and include the read of the boards at the step's end (the
+cell's one synchronisation); the exact steps enter and leave the dispatch mode around each step.
 
-GPU (``--gpu``, needs CUDA): the LM step in three separate processes (plain, guarded, and plain with
-CUDA_LAUNCH_BLOCKING=1, which must be set before CUDA starts); the guarded run must cost less than the
-launch-blocking one. Skipped with a message without CUDA.
+GPU (``--gpu``, needs CUDA): the LM step in four separate processes (plain, fast, exact, and plain with
+CUDA_LAUNCH_BLOCKING=1, which must be set before CUDA starts). Skipped with a message without CUDA.
 
     PYTHONPATH=. python benchmarks/bench_guard.py [--repeats 9] [--threads 1] [--gpu]
 """
@@ -25,6 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
+LM = "transformer (2x256, seq 128, batch 16)"
+MODES = ("plain", "fast", "exact")
+
+
 def _models(device: str):
     import torch
     from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch
@@ -32,13 +40,23 @@ def _models(device: str):
     torch.manual_seed(0)
     lm = TinyLM(vocab=1000, d_model=256, layers=2, heads=4, context=128).to(device)
     cnn = SmallCNN(classes=10).to(device)
+    tiny = TinyLM(vocab=512, d_model=64, layers=2, heads=4, context=32).to(device)
     return {
-        "transformer (2x256, seq 128, batch 16)": (lm, lm_batch(16, 128, 1000, device=device)),
+        LM: (lm, lm_batch(16, 128, 1000, device=device)),
         "cnn (2 conv blocks, 32x32, batch 64)": (cnn, cnn_batch(64, device=device)),
+        "launch-bound LM (2x64, seq 32, batch 8)": (tiny, lm_batch(8, 32, 512, device=device)),
     }
 
 
-def _timed_step(model, optimizer, data, checker=None) -> float:
+def _checker(mode: str):
+    """The exact mode's checker for one step (the fast mode's is held for a block: ``_timed_block``)."""
+    from nb_cudaguard.check.mode import Checker
+
+    return Checker() if mode == "exact" else None
+
+
+def _timed_step(model, optimizer, data, checker=None, cell_end=None) -> float:
+    """One step; ``cell_end`` (the fast mode's read of the boards) runs inside the timing, as at a cell's end."""
     import torch
     from guard_models import train_step
 
@@ -50,54 +68,72 @@ def _timed_step(model, optimizer, data, checker=None) -> float:
     else:
         with checker:
             train_step(model, optimizer, *data)
+    if cell_end is not None:
+        cell_end()
     synchronize()
     return time.perf_counter() - start
+
+
+def _timed_block(model, optimizer, data, mode: str, steps: int) -> list[float]:
+    """``steps`` steps, each a cell. Fast: the entry points put in place once for the block, as
+    ``%cudaguard check on`` does (not timed), and the boards read at the end of every step (timed). Exact: the
+    dispatch mode entered and left around every step, as the every-cell exact mode does. Replacing methods of
+    ``torch.Tensor`` invalidates CPython's attribute caches, so the first fast step after putting the entry points
+    in place is slower; it is run untimed, since ``check on`` happens once, not once per cell."""
+    from nb_cudaguard.check.fast_mode import FastChecker
+
+    if mode != "fast":
+        return [_timed_step(model, optimizer, data, _checker(mode)) for _ in range(steps)]
+    checker = FastChecker().__enter__()
+    try:
+        _timed_step(model, optimizer, data, cell_end=checker.check)  # after `check on`, the first cell re-warms
+        return [_timed_step(model, optimizer, data, cell_end=checker.check) for _ in range(steps)]
+    finally:
+        checker.leave()
 
 
 def run_cpu(repeats: int, warmup: int = 2) -> list[dict]:
     import torch
 
-    from nb_cudaguard.check.mode import Checker
-
     results = []
     for name, (model, data) in _models("cpu").items():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        launch_bound = name.startswith("launch")
+        inner = 20 if launch_bound else 1  # steps per sample, so that a sample is not a few milliseconds
+        rounds = 3 * repeats if launch_bound else repeats  # cheap, and the noisiest under load
         for _ in range(warmup):
-            _timed_step(model, optimizer, data)
-            _timed_step(model, optimizer, data, Checker())
-        plain, guarded, ratios = [], [], []
-        for i in range(repeats):  # interleaved, alternating which goes first, so drift hits both alike
-            pair = {}
-            for kind in ("plain", "guarded") if i % 2 == 0 else ("guarded", "plain"):
-                pair[kind] = _timed_step(model, optimizer, data, Checker() if kind == "guarded" else None)
-            plain.append(pair["plain"])
-            guarded.append(pair["guarded"])
-            ratios.append(pair["guarded"] / pair["plain"])
-        results.append(
-            {
-                "model": name,
-                "plain_ms": 1000 * statistics.median(plain),
-                "guarded_ms": 1000 * statistics.median(guarded),
-                "ratio": statistics.median(ratios),
-                "repeats": repeats,
-            }
-        )
+            for mode in MODES:
+                _timed_block(model, optimizer, data, mode, inner)
+        times: dict[str, list[float]] = {mode: [] for mode in MODES}
+        ratios: dict[str, list[float]] = {"fast": [], "exact": []}
+        for i in range(rounds):  # interleaved, the order rotating, so drift hits all three alike
+            order = MODES[i % 3 :] + MODES[: i % 3]
+            sample = {mode: statistics.mean(_timed_block(model, optimizer, data, mode, inner)) for mode in order}
+            for mode in MODES:
+                times[mode].append(sample[mode])
+            for mode in ratios:
+                ratios[mode].append(sample[mode] / sample["plain"])
+        row = {"model": name, "repeats": rounds, "steps_per_sample": inner}
+        for mode in MODES:
+            row[f"{mode}_ms"] = 1000 * statistics.median(times[mode])
+        for mode in ratios:  # the median of the per-round ratios, and the ratio of the medians
+            row[f"{mode}_ratio"] = statistics.median(ratios[mode])
+            row[f"{mode}_ratio_of_medians"] = row[f"{mode}_ms"] / row["plain_ms"]
+        results.append(row)
     return results
 
 
 def _gpu_child(kind: str, repeats: int) -> None:
-    """One GPU process: median LM step time, printed as JSON on the last line."""
+    """One GPU process: median step time of each model, printed as JSON on the last line."""
     import torch
 
-    from nb_cudaguard.check.mode import Checker
-
-    model, data = _models("cuda")["transformer (2x256, seq 128, batch 16)"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    make_checker = (lambda: Checker()) if kind == "guarded" else (lambda: None)
-    for _ in range(3):
-        _timed_step(model, optimizer, data, make_checker())
-    times = [_timed_step(model, optimizer, data, make_checker()) for _ in range(repeats)]
-    print(json.dumps({"kind": kind, "step_ms": 1000 * statistics.median(times)}))
+    found = {}
+    for name, (model, data) in _models("cuda").items():
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        _timed_block(model, optimizer, data, kind, 3)
+        times = _timed_block(model, optimizer, data, kind, repeats)
+        found[name] = 1000 * statistics.median(times)
+    print(json.dumps({"kind": kind, "step_ms": found}))
 
 
 def run_gpu(repeats: int) -> list[dict] | None:
@@ -107,9 +143,10 @@ def run_gpu(repeats: int) -> list[dict] | None:
         print("GPU benchmark skipped: CUDA is not available on this machine.")
         return None
     results = []
-    for kind, extra_env in (("plain", {}), ("guarded", {}), ("launch_blocking", {"CUDA_LAUNCH_BLOCKING": "1"})):
+    kinds = [(mode, {}) for mode in MODES] + [("launch_blocking", {"CUDA_LAUNCH_BLOCKING": "1"})]
+    for kind, extra_env in kinds:
         env = {**os.environ, **extra_env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        child = "guarded" if kind == "guarded" else "plain"
+        child = "plain" if kind == "launch_blocking" else kind
         out = subprocess.run(
             [sys.executable, __file__, "--gpu-child", child, "--repeats", str(repeats)],
             env=env,
@@ -120,7 +157,7 @@ def run_gpu(repeats: int) -> list[dict] | None:
         results.append({**json.loads(out.strip().splitlines()[-1]), "kind": kind})
     base = results[0]["step_ms"]
     for row in results:
-        row["ratio"] = row["step_ms"] / base
+        row["ratio"] = {name: ms / base[name] for name, ms in row["step_ms"].items()}
     return results
 
 
@@ -128,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--gpu", action="store_true", help="also run the GPU comparison (separate processes)")
-    parser.add_argument("--gpu-child", choices=["plain", "guarded"], help=argparse.SUPPRESS)
+    parser.add_argument("--gpu-child", choices=list(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help="torch CPU threads (1 is steadiest on a shared machine)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
@@ -147,12 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"torch {report['torch']}, {report['threads']} CPU threads, median of {args.repeats} interleaved pairs")
-    print(f"{'model':42} {'plain ms':>10} {'guarded ms':>11} {'guarded/plain':>14}")
+    print(f"torch {report['torch']}, {report['threads']} CPU threads, median of {args.repeats} interleaved rounds")
+    print("ratios: median of the per-round ratios (ratio of the medians)")
+    print(f"{'model':42} {'plain ms':>9} {'fast ms':>9} {'exact ms':>9} {'fast/plain':>17} {'exact/plain':>17}")
     for row in report["cpu"]:
-        print(f"{row['model']:42} {row['plain_ms']:10.1f} {row['guarded_ms']:11.1f} {row['ratio']:14.3f}")
+        fast = f"{row['fast_ratio']:.3f} ({row['fast_ratio_of_medians']:.3f})"
+        exact = f"{row['exact_ratio']:.3f} ({row['exact_ratio_of_medians']:.3f})"
+        print(
+            f"{row['model']:42} {row['plain_ms']:9.2f} {row['fast_ms']:9.2f} {row['exact_ms']:9.2f} "
+            f"{fast:>17} {exact:>17}"
+        )
     for row in report.get("gpu") or []:
-        print(f"GPU {row['kind']:16} {row['step_ms']:8.2f} ms/step  x{row['ratio']:.2f} of plain")
+        for name, ms in row["step_ms"].items():
+            print(f"GPU {row['kind']:16} {name:42} {ms:8.2f} ms/step  x{row['ratio'][name]:.3f} of plain")
     return 0
 
 

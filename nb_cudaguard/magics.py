@@ -16,7 +16,7 @@ _OPTIONS = {
     "report": {"markdown", "json"},
     "demo": set(),
     "simulate": {"state"},
-    "check": {"state", "sync"},
+    "check": {"state", "sync", "fast", "exact"},
     "restart": {"replay", "diagnose"} | _CELL_EDITS,
     "replay": {"dry_run", "all", "report"} | _CELL_EDITS,
 }
@@ -37,14 +37,20 @@ class CudaGuardMagics(Magics):
         choices=list(_OPTIONS),
         help="status: what is recorded and captured, and the last incident; report: the last failure's report again; "
         "demo: a simulated device-side assert in a throw-away kernel; simulate on|off: a simulated GPU on this CPU "
-        "(fault injection); check [on|off]: check assert-prone torch ops before they launch, in every cell; "
+        "(fault injection); check [on|off] [--fast|--exact]: check assert-prone torch ops in every cell; "
         "restart: restart the kernel in place and replay what the failing cell needs; replay: the replay plan "
         "(--dry-run) or the last replay's report (--report).",
     )
     @argument("state", nargs="?", choices=["on", "off"], help="for simulate and check")
     @argument("--markdown", action="store_true", help="report: Markdown, for pasting into an issue")
     @argument("--json", action="store_true", help="report: JSON, for tools")
-    @argument("--sync", action="store_true", help="check: also synchronise after every op")
+    @argument(
+        "--fast",
+        action="store_true",
+        help="check (the default): checks on the device, no synchronisation per op, one read when the cell ends",
+    )
+    @argument("--exact", action="store_true", help="check: stop each bad op before it runs (a dispatch mode)")
+    @argument("--sync", action="store_true", help="check --exact: also synchronise after every op")
     @argument("--replay", choices=["minimal", "all", "none"], help="restart: which cells to replay (minimal)")
     @argument("--diagnose", action="store_true", help="restart: re-run the failing cell under %%%%cudacheck after")
     @argument("--dry-run", action="store_true", help="replay: print the plan without running anything")
@@ -89,10 +95,13 @@ class CudaGuardMagics(Magics):
         run_demo(write=print)
 
     def _cmd_check(self, args) -> None:
+        if args.fast and (args.exact or args.sync):
+            raise UsageError("%cudaguard check: --fast never synchronises; --exact (and --sync) is the other mode")
         if args.state is None:
             print(self.guard.every_cell.describe())
         else:
-            print(self.guard.every_cell.turn(args.state == "on", sync=args.sync))
+            fast = not (args.exact or args.sync)
+            print(self.guard.every_cell.turn(args.state == "on", sync=args.sync, fast=fast))
 
     def _cmd_simulate(self, args) -> None:
         from nb_cudaguard import testing

@@ -1,4 +1,4 @@
-"""``%%cudacheck [--sync]`` and the every-cell checks behind ``%cudaguard check on|off``.
+"""``%%cudacheck [--sync]`` and the every-cell checks behind ``%cudaguard check on|off [--fast|--exact]``.
 
 The cell body runs like ``%%time`` runs it: transformed, compiled under a cached cell name (so tracebacks and the
 check's "user line" show the cell's own lines, numbered as the user sees them) and executed in the user namespace,
@@ -6,13 +6,16 @@ with the value of a final expression returned for display. Errors propagate unch
 post-run hook sees the ``CudaCheckError`` as the cell's error. The options are declared with IPython's
 ``magic_arguments``, so ``%%cudacheck?`` lists them as IPython's own magics do.
 
-The every-cell checks enter the mode in ``pre_run_cell`` and leave it in ``post_run_cell``, which IPython calls
-after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Checker.leave``).
+The every-cell checks come in two modes. The fast mode (the default) puts the fast entry points in place once,
+when switched on, and ends every cell with a read of the device-side boards (``fast_cell``): one synchronisation
+per cell. The exact mode enters the dispatch mode in ``pre_run_cell`` and leaves it in ``post_run_cell``, which
+IPython calls after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Checker.leave``).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
@@ -22,19 +25,26 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells that may never use it
     from IPython.core.interactiveshell import InteractiveShell
 
+    from nb_cudaguard.check.fast_mode import FastChecker
     from nb_cudaguard.check.mode import Checker
+    from nb_cudaguard.record.journal import Journal
 
 
 class EveryCell:
-    """The checks around every cell of one shell, while ``%cudaguard check on``."""
+    """The checks around every cell of one shell, while ``%cudaguard check on``: fast (default) or exact."""
 
     def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self.enabled = False
         self.sync = False
+        self.fast = True
         self.checker: Checker | None = None
+        self.fast_checker: FastChecker | None = None
+        self.source: str | None = None  # the running cell's, for the names a fired fast check made wrong
+        self.ended = False  # the running cell reached its cell_end (the boards were read)
 
-    def set(self, enabled: bool, sync: bool = False) -> None:
+    def set(self, enabled: bool, sync: bool = False, fast: bool = True) -> None:
+        fast = fast and not sync
         if enabled and not self.enabled:
             self.shell.events.register("pre_run_cell", self.pre_run_cell)
             self.shell.events.register("post_run_cell", self.post_run_cell)
@@ -44,17 +54,37 @@ class EveryCell:
                     self.shell.events.unregister(name, hook)
                 except ValueError:
                     pass
-        self.enabled, self.sync = enabled, sync
         self._leave()
-        if enabled:  # the rest of the current cell is checked too; post_run_cell leaves as usual
+        self._leave_fast()
+        self.enabled, self.sync, self.fast = enabled, sync, fast
+        if enabled and fast:
+            self._enter_fast()
+        elif enabled:  # the rest of the current cell is checked too; post_run_cell leaves as usual
             self._enter()
 
     def pre_run_cell(self, info=None) -> None:
+        if self.fast:
+            self.source, self.ended = getattr(info, "raw_cell", None), False
+            return
         self._leave()
         self._enter()
 
     def post_run_cell(self, result=None) -> None:
-        self._leave()
+        if not self.fast:
+            self._leave()
+            return
+        if self.fast_checker is None or self.ended:
+            return
+        error = self.finish_cell()  # the cell raised before its end: say whether a check had fired first
+        if error is not None:
+            print(f"nb_cudaguard: before this cell failed, a fast check had fired:\n{error}", file=sys.stderr)
+
+    def finish_cell(self) -> BaseException | None:
+        """Read the boards once for this cell (``fast_cell.cell_end`` or ``post_run_cell``)."""
+        self.ended = True
+        if self.fast_checker is None:
+            return None
+        return self.fast_checker.finish(self.source)
 
     def _enter(self) -> None:
         from nb_cudaguard.check.mode import Checker
@@ -66,16 +96,52 @@ class EveryCell:
             self.checker.leave()
             self.checker = None
 
-    def turn(self, enabled: bool, sync: bool = False) -> str:
+    def _enter_fast(self) -> None:
+        from nb_cudaguard.check.fast_cell import CURRENT, CellEnd
+        from nb_cudaguard.check.fast_mode import FastChecker
+
+        self.fast_checker = FastChecker(namespace=self.shell.user_ns, journal=self._journal()).__enter__()
+        self.ended = False  # the cell switching the checks on has no cell_end: its post_run_cell reads instead
+        CURRENT.append(self)
+        self.shell.ast_transformers.append(CellEnd())
+
+    def _leave_fast(self) -> None:
+        if self.fast_checker is None:
+            return
+        from nb_cudaguard.check.fast_cell import CURRENT, CellEnd
+
+        self.shell.ast_transformers[:] = [t for t in self.shell.ast_transformers if not isinstance(t, CellEnd)]
+        if self in CURRENT:
+            CURRENT.remove(self)
+        self.fast_checker.finish()  # what fired before the switch belongs to no cell any more
+        self.fast_checker.leave()
+        self.fast_checker = None
+
+    def _journal(self) -> Journal | None:
+        """The session's journal (``CudaGuard`` owns it and sits in the shell's configurables)."""
+        from nb_cudaguard.record.journal import Journal
+
+        for configurable in getattr(self.shell, "configurables", []):
+            journal = getattr(configurable, "journal", None)
+            if isinstance(journal, Journal):
+                return journal
+        return None
+
+    def turn(self, enabled: bool, sync: bool = False, fast: bool = True) -> str:
         """``%cudaguard check on|off``: set the state and say it, as a line to print."""
-        self.set(enabled, sync)
+        self.set(enabled, sync, fast)
         return self.describe()
 
     def describe(self) -> str:
         if not self.enabled:
             return "nb_cudaguard: checks off (turn on for every cell with %cudaguard check on, or use %%cudacheck)"
+        if self.fast:
+            return (
+                "nb_cudaguard: every cell runs with assert-prone ops checked on the device (fast: no sync per op, "
+                "one read when the cell ends; --exact stops the op before it runs)"
+            )
         sync = " with --sync" if self.sync else ""
-        return f"nb_cudaguard: every cell runs with assert-prone ops checked{sync}"
+        return f"nb_cudaguard: every cell runs with assert-prone ops checked before they launch (exact){sync}"
 
 
 @magics_class

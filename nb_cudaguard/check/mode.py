@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nb_cudaguard.check.conditions import Check, Condition, cast_condition
 from nb_cudaguard.check.context import Names, describe_line, user_frame
+from nb_cudaguard.check.fast_board import BOARD
 from nb_cudaguard.check.ops import CHECKS
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
@@ -264,6 +265,7 @@ class Checker:
     def __enter__(self) -> Checker:
         self.mode.__enter__()
         self.active = True
+        BOARD.suspended += 1  # the fast checks, if on, must not clamp what this mode is about to check
         return self
 
     def __exit__(self, *exc) -> None:
@@ -275,6 +277,7 @@ class Checker:
         if not self.active:
             return
         self.active = False
+        BOARD.suspended -= 1
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         modes = _get_current_dispatch_mode_stack()

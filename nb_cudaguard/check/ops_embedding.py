@@ -19,7 +19,7 @@ from nb_cudaguard.check.conditions import (
 )
 
 
-def _embedding_refine(weight):
+def embedding_refine(weight):
     def refine(cond: Condition, names) -> None:
         owner = names.owner_of_weight(weight)
         if owner is None:
@@ -43,7 +43,7 @@ def _embedding_refine(weight):
 
 
 def _embedding_ids(mode: CastTracker, argument, indices, rows: int, source: str, weight=None) -> list[Condition]:
-    refine = _embedding_refine(weight) if weight is not None else None
+    refine = embedding_refine(weight) if weight is not None else None
     return mode.cast_conditions(argument, indices) + index_in_range(
         argument, indices, 0, rows, "embedding_index_out_of_range", source, refine=refine
     )

@@ -73,13 +73,13 @@ def check_take(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:
 
 def check_gather_scatter(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:
     t, dim, index = a["self"], a["dim"], a["index"]
-    labels = _one_hot_labels(t, dim, index, a.get("value"))
+    labels = one_hot_labels(t, dim, index, a.get("value"))
     if labels is not None:
         return check_one_hot(mode, {"self": labels, "num_classes": t.size(-1)})
     return _dim_checks(mode, "index", index, dim_size(t, dim), dim, False, "gather_scatter_index")
 
 
-def _one_hot_labels(t, dim, index, value):
+def one_hot_labels(t, dim, index, value):
     """The labels, if this scatter is ``F.one_hot`` on CUDA: ``Onehot.cpp`` skips its host checks there ("rely on
     device assert thrown by scatter") and runs ``zeros(shape + [C]).scatter_(-1, labels.unsqueeze(-1), 1)``."""
     if dim != -1 or value is None or value != 1 or t.dtype != torch.int64 or index.dtype != torch.int64:

@@ -1,0 +1,168 @@
+"""The error a fired board becomes when the cell (or the checked block) ends, and what it owes the user.
+
+Unlike the exact mode, the fast mode did not stop the op: it ran on safe values, and everything after it ran on
+its results. So the error says so, lists the names the cell assigned or changed (from the cell's own AST,
+``record.cellnames``), and gives the two ways on: re-run the cell under the exact mode, which stops the op before
+it runs and shows every offending value; or fix the input and re-run the cells that build those names (the
+journal knows which), with no restart, since no kernel asserted and the CUDA context is healthy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from nb_cudaguard.check.fast_board import Firing
+from nb_cudaguard.check.fast_sites import Site
+from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.families import check_fix_of
+from nb_cudaguard.record.cellnames import analyse
+from nb_cudaguard.record.journal import Journal
+
+
+@dataclass
+class Consequences:
+    """What a fired check means for the session: the names now wrong and the cells that build them."""
+
+    changed: list[str] = field(default_factory=list)
+    rebuild: list[tuple[str, list[str]]] = field(default_factory=list)  # (cell label, names it builds)
+
+
+def consequences(source: str | None, journal: Journal | None, namespace: dict | None = None) -> Consequences:
+    """``namespace`` tells modules apart: ``F.cross_entropy(...)`` calls a method of ``F`` but changes nothing."""
+    if not source:
+        return Consequences()
+    names = analyse(source)
+    modules = {n for n in names.call_mutated if isinstance((namespace or {}).get(n), ModuleType)}
+    changed = sorted((names.defined | names.mutated | names.deleted) - names.imported - modules)
+    rebuild: dict[str, list[str]] = {}
+    earlier = [c for c in (journal or []) if c.status == "ok"]
+    for name in changed:
+        for cell in reversed(earlier):
+            if name in cell.names.defined:
+                rebuild.setdefault(cell.label, []).append(name)
+                break
+    return Consequences(changed, sorted(rebuild.items(), key=lambda item: _count_of(item[0])))
+
+
+def _count_of(label: str) -> int:
+    digits = "".join(ch for ch in label if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+class FastCheckError(CudaCheckError):
+    """A fast check fired: the op ran on safe values, so the cell's results are wrong from that op on.
+
+    A ``CudaCheckError`` (so a ``RuntimeError``), with ``changed_names`` (what the cell assigned or changed) and
+    ``rebuild_cells`` (the cells that build those names, as ``(label, names)``), for the report and the panel.
+    """
+
+    def __init__(self, *, consequences: Consequences, also: list[str], flat_position: bool, **fields: Any) -> None:
+        self.changed_names = consequences.changed
+        self.rebuild_cells = consequences.rebuild
+        self.also = also
+        self.flat_position = flat_position
+        super().__init__(**fields)
+
+    def _message(self) -> str:
+        lines = [f"{self.op}: argument {self.subject} {self.problem}"]
+        if self.values:
+            where = _position_text(self.positions[0]) + (" (flat index)" if self.flat_position else "")
+            lines.append(f"  first offending value: {self.values[0]!r} at {where}")
+        if self.valid_range:
+            source = f" (from {self.range_source})" if self.range_source else ""
+            lines.append(f"  valid: {self.valid_range}{source}")
+        if self.user_line:
+            lines.append(f"  at: {self.user_line}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        lines.append(
+            "  nb_cudaguard (fast checks) ran this op on clamped values so that its kernel could not assert: "
+            "the CUDA context is healthy, but this cell's results are wrong from this op on."
+        )
+        lines.extend(f"  also fired: {text}" for text in self.also)
+        if self.changed_names:
+            lines.append(f"  names this cell assigned or changed, now wrong: {', '.join(self.changed_names)}")
+        rerun = "re-run the cell under the exact checks (%%cudacheck as its first line: it stops the op before it"
+        rerun += " runs and lists every offending value)"
+        if self.rebuild_cells:
+            cells = ", ".join(f"In{label} ({', '.join(names)})" for label, names in self.rebuild_cells)
+            lines.append(f"  choices: {rerun}; or fix the input and re-run {cells}, then this cell (no restart).")
+        else:
+            lines.append(f"  choices: {rerun}; or fix the input and re-run this cell (no restart).")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(mode="fast", changed_names=self.changed_names, rebuild_cells=[list(c) for c in self.rebuild_cells])
+        return data
+
+
+def error_from(firings: list[tuple[Firing, Site | None]], consequences: Consequences) -> FastCheckError:
+    """The first firing becomes the error; the others (other devices) are mentioned."""
+    (firing, site), rest = firings[0], firings[1:]
+    also = [f"{s.op} ({s.argument}) on {f.device}" if s else f"a check on {f.device}" for f, s in rest]
+    if site is None:  # a site number past the table's end: the board is all that is known
+        return FastCheckError(
+            consequences=consequences,
+            also=also,
+            flat_position=True,
+            op="an assert-prone op",
+            argument="?",
+            family="other",
+            problem=f"had {firing.count} invalid value(s)",
+            values=[firing.value],
+            positions=[(firing.flat_position,)],
+            count=firing.count,
+        )
+    value = _shown(firing.value, site.kind)
+    family = site.family
+    if family == "label_out_of_range" and isinstance(value, (int, float)) and value < 0:
+        family = "negative_label"
+    known_shape = site.shape is not None and not site.shape_varied
+    position = _unravel(firing.flat_position, site.shape) if known_shape else (firing.flat_position,)
+    return FastCheckError(
+        consequences=consequences,
+        also=also,
+        flat_position=not known_shape,
+        op=site.op,
+        argument=site.argument,
+        family=family,
+        problem=_problem(site, firing.count),
+        values=[value],
+        positions=[position],
+        count=firing.count,
+        valid_range=site.valid_range,
+        range_source=site.range_source,
+        variable=site.variable,
+        user_line=site.user_line,
+        fix=site.fix or check_fix_of(family),
+    )
+
+
+def _problem(site: Site, count: int) -> str:
+    if site.family == "nan_or_inf":
+        return f"was cast to an integer index from a floating tensor holding {count} NaN/inf value(s)"
+    return f"had {count} invalid value(s) (valid: {site.valid_range})"
+
+
+def _shown(value: float, kind: str) -> Any:
+    if kind == "bool":
+        return bool(value)
+    if kind == "int" and math.isfinite(value):
+        return int(value)
+    return value
+
+
+def _unravel(flat: int, shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    position = []
+    for size in reversed(shape or ()):
+        position.append(flat % size if size else 0)
+        flat = flat // size if size else 0
+    return tuple(reversed(position))
+
+
+def _position_text(position: Any) -> str:
+    return "[" + ", ".join(str(p) for p in position) + "]" if isinstance(position, (tuple, list)) else str(position)
