@@ -33,8 +33,9 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install(TORCH)
-    # playwright: the Python package only (Debian's Chromium); transformers: the optional real-tiny-model test
-    session.install("-e", ".[test]", "jupyterlab>=4", "playwright", "transformers")
+    # playwright: the Python package only (Debian's Chromium); notebook: Notebook 7, the second browser frontend;
+    # transformers: the optional real-tiny-model test
+    session.install("-e", ".[test]", "jupyterlab>=4", "notebook>=7", "playwright", "transformers")
     session.run("pytest", *session.posargs)
 
 

@@ -55,8 +55,7 @@ def unload_ipython_extension(shell: InteractiveShell) -> None:
     guard = get_guard(shell)
     if guard is None:
         return
-    guard.unregister()
-    guard.every_cell.set(False)
+    guard.close()
     ours = tuple(guard.magics)
     magics = shell.magics_manager.magics
     for kind in ("line", "cell"):

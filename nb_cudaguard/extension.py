@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from traitlets import Bool, Enum, Float, Int, observe
@@ -19,6 +19,7 @@ from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.record.capture import OutputCapture
 from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.relaunch.handoff_content import SessionState
 
 if TYPE_CHECKING:
     from IPython.core.magic import Magics
@@ -65,12 +66,17 @@ class CudaGuard(Configurable):
         self.restarts = 0
         self.restart_failure: str | None = None
         self.last_replay: ReplayOutcome | None = None
+        # the last panel drawn or reopened after a restart: whichever way a restart is asked, it is handed over, so
+        # that it shows the outcome and its buttons keep working in the new process
+        self.live_panel: Any = None
         # the magics registered for this session, removed again on unload
         self.magics: list[Magics] = []
         # %cudaguard check on|off: the checks around every cell, shared with %%cudacheck
         self.every_cell = EveryCell(shell)
         self._current: CellRecord | None = None
         self._started = 0.0
+        # the simulated GPU was on before the extension loaded: unloading it leaves it on, else turns it off
+        self._simulating_at_load = _simulating()
 
     @property
     def current_cell(self) -> CellRecord | None:
@@ -93,6 +99,8 @@ class CudaGuard(Configurable):
             self.shell.configurables.append(self)
 
     def unregister(self) -> None:
+        if self.restarting:  # the last step before the exec
+            self._hand_over_panel()
         for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             try:
                 self.shell.events.unregister(name, hook)
@@ -102,6 +110,59 @@ class CudaGuard(Configurable):
             self.capture.detach()
         if self in self.shell.configurables:
             self.shell.configurables.remove(self)
+
+    def _hand_over_panel(self) -> None:
+        """For a restart the panel did not ask for (``%cudaguard restart``, ``nb_cudaguard.restart()``)."""
+        import os
+
+        from nb_cudaguard.panel.handover import ENV
+
+        if self.live_panel is None or ENV in os.environ:  # none, or the panel that asked left its own
+            return
+        try:
+            self.live_panel.handover().to_env()
+        except Exception as exc:  # the restart matters more than the old panel
+            print(f"nb_cudaguard: the panel will not follow the restart ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def close(self) -> None:
+        """``%unload_ext``: nothing of the extension stays on. The every-cell checks stop, and the simulated GPU
+        stops if it was turned on in this session (``%cudaguard simulate on``, or carried across a restart)."""
+        self.unregister()
+        self.every_cell.set(False)
+        if _simulating() and not self._simulating_at_load:
+            from nb_cudaguard import testing
+
+            testing.disable()
+
+    # --- the state a restart carries
+    def session_state(self) -> SessionState:
+        """What the replay cannot rebuild, since it never replays the extension's own commands."""
+        config = {
+            name: getattr(self, name)
+            for name, trait in self.traits(config=True).items()
+            if getattr(self, name) != trait.default_value
+        }
+        return SessionState(_simulating(), self.every_cell.enabled, self.every_cell.sync, config)
+
+    def restore_session(self, state: SessionState) -> list[str]:
+        """Set the carried state in the new process, before the replay; returns what could not be set, one line
+        each (an option this version does not have, a value it refuses)."""
+        problems = []
+        for name, value in state.config.items():
+            if not self.has_trait(name) or not self.trait_metadata(name, "config"):
+                problems.append(f"CudaGuard.{name} is no option of this nb_cudaguard")
+                continue
+            try:
+                setattr(self, name, value)
+            except Exception as exc:
+                problems.append(f"CudaGuard.{name} = {value!r} was refused ({exc})")
+        if state.simulate:
+            from nb_cudaguard import testing
+
+            testing.enable()
+        if state.check:
+            self.every_cell.set(True, sync=state.check_sync)
+        return problems
 
     # --- hooks
     def pre_run_cell(self, info=None) -> None:
@@ -182,7 +243,7 @@ class CudaGuard(Configurable):
         lines = [
             f"nb_cudaguard: {len(self.journal)} cells recorded ({self.journal.dropped} dropped by the cap)",
             f"  capture: {self._capture_status()}",
-            f"  incidents: {len(self.incidents)}",
+            f"  CUDA incidents: {sum(incident.is_cuda for incident in self.incidents)}",
         ]
         if self.last_report is not None:
             inc = self.last_report.incident
@@ -195,3 +256,9 @@ class CudaGuard(Configurable):
         modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
         problems = "; ".join(self.capture.problems)
         return modes + (f" ({problems})" if problems else "")
+
+
+def _simulating() -> bool:
+    """Is the simulated GPU on? Read without importing it (it imports torch)."""
+    testing = sys.modules.get("nb_cudaguard.testing")
+    return testing is not None and bool(testing.is_enabled())

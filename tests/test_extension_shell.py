@@ -7,6 +7,7 @@ import json
 import pytest
 
 import nb_cudaguard
+from nb_cudaguard import get_guard
 
 
 def _callbacks(ip, event):
@@ -75,7 +76,9 @@ def test_a_cpu_index_error_is_explained_without_a_restart(shell, capsys):
 def test_a_simulated_device_assert_is_poisoned_with_its_assertion(shell, capsys):
     pytest.importorskip("torch")
     shell.run_cell("import torch\n%cudaguard simulate on", store_history=True)
-    shell.run_cell("emb = torch.nn.Embedding(10, 4).to('cuda')\nids = torch.tensor([1, 12]).to('cuda')", store_history=True)
+    shell.run_cell(
+        "emb = torch.nn.Embedding(10, 4).to('cuda')\nids = torch.tensor([1, 12]).to('cuda')", store_history=True
+    )
     shell.run_cell("out = emb(ids)", store_history=True)
     report = nb_cudaguard.get_guard(shell).last_report
     assert report.incident.classification == "poisoned"
@@ -115,3 +118,38 @@ def test_the_success_path_does_not_touch_cuda(shell):
         shell.run_cell(f"x{n} = {n} * 2", store_history=True)
     assert not torch.cuda.is_initialized()
     assert nb_cudaguard.get_guard(shell).incidents == []
+
+
+def test_unload_turns_off_what_the_extension_turned_on(shell):
+    from nb_cudaguard import testing
+
+    assert not testing.is_enabled()
+    shell.run_line_magic("cudaguard", "simulate on")
+    shell.run_line_magic("cudaguard", "check on")
+    every_cell = get_guard(shell).every_cell
+    assert testing.is_enabled() and every_cell.enabled
+    shell.run_line_magic("unload_ext", "nb_cudaguard")
+    assert not testing.is_enabled() and not every_cell.enabled
+    assert every_cell.pre_run_cell not in shell.events.callbacks["pre_run_cell"]
+
+
+def test_the_extension_s_own_state_is_what_a_restart_carries_and_sets_again(shell):
+    from nb_cudaguard import testing
+    from nb_cudaguard.relaunch.handoff_content import SessionState
+
+    shell.run_line_magic("cudaguard", "simulate on")
+    shell.run_line_magic("config", "CudaGuard.carry = False")
+    shell.run_line_magic("config", "CudaGuard.show_report = 'always'")
+    state = get_guard(shell).session_state()
+    assert state == SessionState(simulate=True, check=False, config={"carry": False, "show_report": "always"})
+    assert SessionState.from_dict(state.to_dict()) == state  # as the Handoff writes and reads it
+
+    shell.run_line_magic("unload_ext", "nb_cudaguard")
+    shell.config.pop("CudaGuard", None)
+    shell.run_line_magic("load_ext", "nb_cudaguard")  # a fresh session, as in the new process
+    guard = get_guard(shell)
+    assert not testing.is_enabled() and guard.carry
+    problems = guard.restore_session(SessionState(True, True, False, {**state.config, "no_such_option": 1}))
+    assert testing.is_enabled() and guard.every_cell.enabled and not guard.carry and guard.show_report == "always"
+    assert problems == ["CudaGuard.no_such_option is no option of this nb_cudaguard"]
+    guard.every_cell.set(False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nb_cudaguard import families
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
@@ -100,6 +101,14 @@ class CauseLine:
     fix: str
     evidence: tuple[EvidenceRow, ...]
 
+    @property
+    def title(self) -> str:
+        """The cause as a person would name it: its family's summary, as a sentence (the identifier is for
+        tools and issues)."""
+        known = families.summary_of(self.family) if self.family in families.FAMILIES else ""
+        text = known or self.summary or self.family.replace("_", " ")
+        return text[:1].upper() + text[1:]
+
 
 @dataclass(frozen=True)
 class ReportContent:
@@ -149,10 +158,18 @@ def _assertion(record: AssertionRecord) -> AssertionLine:
 
 
 def _user_line(incident: Incident) -> str | None:
-    frame = incident.user_frame
+    """The line of the failing cell itself that led to the failure (the call into a model's ``forward``, not the
+    line inside it), and, when the failure happened deeper in the user's own code, where."""
+    inner = incident.user_frame
+    count = incident.cell.execution_count if incident.cell is not None else None
+    own = [f for f in incident.user_frames if count is not None and f.cell == count]
+    frame = own[-1] if own else inner
     if frame is None:
         return None
-    return f"{frame.where}: {frame.line}" if frame.line else frame.where
+    line = f"{frame.where}: {frame.line}" if frame.line else frame.where
+    if inner is not None and inner is not frame:
+        line += f"  (failed in {inner.function}, {inner.where})"
+    return line
 
 
 def _cause(cause: Cause, shown: set[str]) -> CauseLine:

@@ -1,4 +1,5 @@
-"""The panel's hand-over across its own restart: which widgets to reopen, and the report to copy again.
+"""The panel's hand-over across an in-place restart: every widget of the panel, by model id, with what the new
+process needs to make them live again (the report, the plan's rows, the buttons' look).
 
 It travels in an environment variable (an exec keeps the environment), written in one place (``to_env``, by the
 process that drew the panel) and read in one place (``from_env``, once, by the new process). ``version`` changes
@@ -10,14 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nb_cudaguard.errors import NbCudaguardError
 
 ENV = "NB_CUDAGUARD_PANEL"
-VERSION = 1
-MARKDOWN_LIMIT = 64 * 1024  # one environment string may hold 128 KiB on Linux
+VERSION = 2
+# One environment string may hold 128 KiB on Linux; the report's HTML and Markdown share what is left.
+TEXT_LIMIT = 48 * 1024
 
 
 class HandoverError(ValueError, NbCudaguardError):
@@ -26,7 +28,7 @@ class HandoverError(ValueError, NbCudaguardError):
 
 @dataclass(frozen=True)
 class ButtonState:
-    """A button as the frontend shows it: the new process recreates it with the same look, disabled."""
+    """A button as the frontend shows it: the new process reopens it with the same look."""
 
     model_id: str
     description: str
@@ -35,29 +37,40 @@ class ButtonState:
 
 
 @dataclass(frozen=True)
+class BoxState:
+    """One row of the replay plan: a checkbox for one recorded cell, by the execution count the user sees."""
+
+    model_id: str
+    description: str
+    value: bool
+    minimal: bool  # ticked by the minimal plan
+    execution_count: int
+
+
+@dataclass(frozen=True)
 class PanelHandover:
-    status: str  # the model ids of the status line, the output area and the copy box
+    root: str  # model ids: the panel, its body (the report), the row of buttons, the plan and its heading
+    body: str
+    actions: str
+    plan: str  # "" when the panel has no plan (no restart to offer)
+    plan_head: str
+    status: str
     output: str
     copy_area: str
     buttons: dict[str, ButtonState]  # by the panel's key for each ("replay", "copy", ...)
-    markdown: str  # the report, for "Copy report"; cut at MARKDOWN_LIMIT
+    boxes: tuple[BoxState, ...]
+    html: str  # the body's HTML, whose heading the new process rewrites with the replay's outcome
+    plan_html: str
+    markdown: str  # the report, for "Copy report"
+    asked: bool  # this panel asked for the restart: it, not the next cell, tells the outcome
     version: int = field(default=VERSION)
 
     def to_env(self) -> None:
-        buttons = {
-            key: {"id": b.model_id, "description": b.description, "button_style": b.button_style, "icon": b.icon}
-            for key, b in self.buttons.items()
-        }
-        os.environ[ENV] = json.dumps(
-            {
-                "version": self.version,
-                "status": self.status,
-                "output": self.output,
-                "copy_area": self.copy_area,
-                "buttons": buttons,
-                "markdown": self.markdown[:MARKDOWN_LIMIT],
-            }
-        )
+        data = asdict(self)
+        # HTML is not cut (half a tag breaks the page): one too long is left out, and the heading stays as it was
+        data["html"] = self.html if len(self.html) <= TEXT_LIMIT else ""
+        data["markdown"] = self.markdown[:TEXT_LIMIT]
+        os.environ[ENV] = json.dumps(data)
 
     @classmethod
     def from_env(cls) -> PanelHandover | None:
@@ -74,16 +87,23 @@ class PanelHandover:
         if version != VERSION:
             raise HandoverError(f"panel hand-over version {version!r}; this nb_cudaguard reads {VERSION}")
         try:
-            buttons = {
-                str(key): ButtonState(str(b["id"]), str(b["description"]), str(b["button_style"]), str(b["icon"]))
-                for key, b in data["buttons"].items()
-            }
+            buttons = {str(key): ButtonState(**b) for key, b in data.pop("buttons").items()}
+            boxes = tuple(BoxState(**b) for b in data.pop("boxes"))
             return cls(
+                root=str(data["root"]),
+                body=str(data["body"]),
+                actions=str(data["actions"]),
+                plan=str(data["plan"]),
+                plan_head=str(data["plan_head"]),
                 status=str(data["status"]),
                 output=str(data["output"]),
                 copy_area=str(data["copy_area"]),
                 buttons=buttons,
+                boxes=boxes,
+                html=str(data["html"]),
+                plan_html=str(data["plan_html"]),
                 markdown=str(data["markdown"]),
+                asked=bool(data["asked"]),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise HandoverError(f"the panel's hand-over lacks a valid {exc}") from exc

@@ -17,6 +17,7 @@ STYLE = """<style>
  color:var(--jp-ui-font-color1,inherit);line-height:1.45;max-width:980px}
 .nbcg-head{border-left:4px solid var(--nbcg-accent);padding:2px 10px;margin-bottom:6px}
 .nbcg-error{--nbcg-accent:var(--jp-error-color1,#d32f2f)}
+.nbcg-ok{--nbcg-accent:var(--jp-success-color1,#388e3c)}
 .nbcg-warn{--nbcg-accent:var(--jp-warn-color1,#ef6c00)}
 .nbcg-info{--nbcg-accent:var(--jp-info-color1,#0288d1)}
 .nbcg-title{font-weight:600;font-size:1.08em;color:var(--nbcg-accent)}
@@ -41,9 +42,8 @@ def to_html(content: ReportContent) -> str:
     verdict = content.verdict
     parts = [
         STYLE,
-        f'<div class="nbcg nbcg-{verdict.tone}"><div class="nbcg-head">',
-        f'<div class="nbcg-title">nb_cudaguard: {escape(verdict.headline)}</div>',
-        f'<div class="nbcg-sub">{escape(verdict.detail)}</div></div>',
+        '<div class="nbcg">',
+        outcome_head(verdict.headline, verdict.tone, verdict.detail),
         f"<pre>{escape(content.error)}</pre>",
     ]
     if content.probe:
@@ -67,6 +67,19 @@ def to_html(content: ReportContent) -> str:
     return "".join(parts)
 
 
+_HEAD_TONES = {"ok": "nbcg-ok", "error": "nbcg-error", "warn": "nbcg-warn", "info": "nbcg-info"}
+
+
+def outcome_head(headline: str, tone: str, detail: str = "") -> str:
+    """The heading of a report: what it means for the session, in the tone's colour. Marked, so that the process
+    after a restart can put the replay's outcome in its place (``panel.follower``)."""
+    sub = f'<div class="nbcg-sub">{escape(detail)}</div>' if detail else ""
+    return (
+        f'<!--nbcg-head--><div class="nbcg-head {_HEAD_TONES.get(tone, "nbcg-info")}">'
+        f'<div class="nbcg-title">nb_cudaguard: {escape(headline)}</div>{sub}</div><!--/nbcg-head-->'
+    )
+
+
 def _causes_html(causes: tuple[CauseLine, ...]) -> str:
     parts = ["<h4>Likely cause</h4>", _cause_html(causes[0])]
     if len(causes) > 1:
@@ -78,8 +91,10 @@ def _causes_html(causes: tuple[CauseLine, ...]) -> str:
 def _cause_html(cause: CauseLine) -> str:
     who = f" in <code>{escape(cause.variable)}</code>" if cause.variable else ""
     return (
-        f"<b><code>{escape(cause.family)}</code></b>{who} "
-        f'<span class="nbcg-dim">({cause.confidence})</span>: {escape(cause.summary)}'
+        f"<b>{escape(cause.title)}</b>{who} "
+        f'<span class="nbcg-dim" title="cause family, for tools and issues">({cause.confidence} · '
+        f"{escape(cause.family)})</span>"
+        f"{'' if cause.summary.lower() == cause.title.lower() else ': ' + escape(cause.summary)}"
         f"{_evidence_table(cause.evidence) if cause.evidence else ''}"
         f'<div class="nbcg-fix"><b>Fix:</b> {escape(cause.fix)}</div>'
     )

@@ -33,6 +33,34 @@ class RestartOptions:
 
 
 @dataclass(frozen=True)
+class SessionState:
+    """The extension's own state, which no replayed cell rebuilds (the plan never replays nb_cudaguard's own
+    commands): the simulated GPU, the checks around every cell, and the options set with ``%config CudaGuard.*``
+    (only those that differ from their defaults). The new process sets them before it replays anything."""
+
+    simulate: bool = False
+    check: bool = False
+    check_sync: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"simulate": self.simulate, "check": self.check, "check_sync": self.check_sync, "config": self.config}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SessionState:
+        if data is None:  # a handoff written before the state was carried
+            return cls()
+        if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
+            raise HandoffContentError(f"the handoff's session state is not a mapping: {data!r}")
+        return cls(
+            bool(data.get("simulate")),
+            bool(data.get("check")),
+            bool(data.get("check_sync")),
+            dict(data.get("config", {})),
+        )
+
+
+@dataclass(frozen=True)
 class Handoff:
     plan: dict[str, Any]  # ReplayPlan.to_dict(): resolved against the journal in the new process
     journal: str  # Journal.to_json()
@@ -46,6 +74,8 @@ class Handoff:
     pending: tuple[tuple[bytes, ...], ...] = ()  # shell requests kept during the restart, raw and still signed
     parent_header: dict[str, Any] | None = None  # the request that asked for the restart
     display_id: str | None = None  # the display its progress updates
+    session: SessionState = field(default_factory=SessionState)
+    subshells: tuple[str, ...] = ()  # ipykernel 7: the subshells clients had opened, recreated with the same ids
     version: int = field(default=VERSION)
 
     def to_document(self) -> dict[str, Any]:
@@ -69,6 +99,8 @@ class Handoff:
             "pending": [[base64.b64encode(frame).decode("ascii") for frame in frames] for frames in self.pending],
             "parent_header": self.parent_header,
             "display_id": self.display_id,
+            "session": self.session.to_dict(),
+            "subshells": list(self.subshells),
         }
 
     @classmethod
@@ -92,6 +124,8 @@ class Handoff:
                 pending=pending_requests(data),
                 parent_header=data.get("parent_header"),
                 display_id=data.get("display_id"),
+                session=SessionState.from_dict(data.get("session")),
+                subshells=tuple(str(s) for s in data.get("subshells", ())),
             )
         except (KeyError, TypeError, ValueError, ManifestError) as exc:
             raise HandoffContentError(f"the handoff lacks a valid {exc}") from exc

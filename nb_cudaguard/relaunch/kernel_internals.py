@@ -9,6 +9,7 @@ with the versions it differs in; a new ipykernel release is checked against this
   instance for every request, the iopub thread's ``_send_welcome_message``);
 - ipykernel 6 (``msg_queue`` of ``(index, dispatch, args)`` looked up on each use, ``schedule_dispatch``, a PUB
   iopub socket with no welcome message);
+- ipykernel 7's subshells are in ``relaunch.subshells``, kept apart for their size;
 - both: ``OutStream``'s fd watcher (``_should_watch``, ``watch_fd_thread``, ``_fid``, ``_original_stdstream_fd``,
   ``_original_stdstream_copy``), ``session``, ``iopub_socket``, ``_topic``, ``get_parent``/``_parent_header``.
 """
@@ -379,3 +380,12 @@ def _same_pipe(write_fd: int, read_fd: int) -> bool:
     except OSError:
         return False
     return (written.st_dev, written.st_ino) == (read.st_dev, read.st_ino)
+
+
+# --- the kernel's status
+def publish_status(kernel, state: str) -> None:
+    """A ``status`` message with no parent, as ipykernel's own ``starting``: frontends take the kernel's state
+    from the latest one, and after an in-place restart the last they saw was ``starting`` (the replay runs outside
+    any request, so nothing else says ``idle``)."""
+    topic = kernel._topic("status") if hasattr(kernel, "_topic") else None
+    kernel.session.send(kernel.iopub_socket, "status", {"execution_state": state}, parent={}, ident=topic)

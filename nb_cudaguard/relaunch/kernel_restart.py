@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from nb_cudaguard.relaunch import kernel_internals as internals
-from nb_cudaguard.relaunch import reexec
+from nb_cudaguard.relaunch import reexec, subshells
 from nb_cudaguard.relaunch.handoff_content import RestartOptions
 from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell, write_startup_file
 from nb_cudaguard.relaunch.session_state import CudaGuardState
@@ -42,6 +42,9 @@ class KernelRestart:
         self.binding = handoff.binding_for(self.shell, create_secret=True)
         self.parent: dict = {}
         self.display_id = ""
+        # ipykernel 7: the subshells clients opened (a widget frontend does), recreated with the same ids after the
+        # exec; read now, since stopping the shell channel thread closes them
+        self.subshells = subshells.subshell_ids(self.kernel)
 
     # --- in the cell
     def arm(self) -> None:
@@ -157,6 +160,7 @@ class KernelRestart:
             pending=tuple(tuple(frames) for frames in self.pending),
             parent_header=self.parent,
             display_id=self.display_id,
+            subshells=self.subshells,
         )
         return handoff.write(self.binding, content.to_document())
 

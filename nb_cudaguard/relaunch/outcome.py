@@ -30,6 +30,46 @@ class ReplayOutcome:
     children_ended: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)
     carry_note: str | None = None
+    missing: list[str] = field(default_factory=list)  # names the failing cell reads that no cell brought back
+    in_panel: bool = False  # a panel shows the outcome: nothing is printed at the next cell
+
+    @property
+    def state(self) -> str:
+        """ "recovered" only when the replay rebuilt what the failing cell reads; "failed" when a replayed cell
+        failed; "incomplete" when names the failing cell reads are still missing; "nothing" when no failing cell
+        was recorded (a journal emptied by loading the extension again), so nothing could be rebuilt for it."""
+        if self.failed is not None:
+            return "failed"
+        if self.plan.target is None:
+            return "nothing"
+        return "incomplete" if self.missing else "recovered"
+
+    def headline(self) -> str:
+        """The outcome in one line a person would write, for the top of the panel. Never claims what it did not
+        check: "Recovered" means every name the failing cell reads exists again."""
+        state = self.state
+        carried = f", {len(self.carried)} value(s) carried" if self.carried or self.plan.steps else ""
+        if state == "failed" and self.failed is not None:
+            error = (self.error or "").splitlines()[-1] if self.error else "an error"
+            return (
+                f"Not recovered: the replay stopped at {self.failed.label} ({error}); the cells after it did not "
+                "run. %cudaguard replay --report shows what ran."
+            )
+        if state == "nothing":
+            return (
+                "Not recovered: the kernel restarted, but nb_cudaguard had no record of the failing cell (it was "
+                "loaded again after the failure), so nothing was replayed. Run the cells that build your state again."
+            )
+        target = self.plan.target.label if self.plan.target is not None else "the failing cell"
+        if state == "incomplete":
+            names = ", ".join(self.missing[:8]) + (
+                f" and {len(self.missing) - 8} more" if len(self.missing) > 8 else ""
+            )
+            return (
+                f"Not recovered: {len(self.ran)} cell(s) replayed{carried}, but {target} reads {names}, which "
+                "no recorded cell defines. Run the cells that define them again."
+            )
+        return f"Recovered: {len(self.ran)} cell(s) replayed{carried} in {self.seconds:.1f} s. Fix {target} and run it."
 
     @property
     def not_run(self) -> list[CellRecord]:

@@ -25,6 +25,7 @@ def handoff_for(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions
         execution_count=fields.pop("execution_count", None) or guard.shell.execution_count,
         restarts=guard.restarts + 1,
         requested_at=time.time(),
+        session=guard.session_state(),
         **fields,
     )
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -23,15 +21,16 @@ from typing import TYPE_CHECKING
 
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
 from nb_cudaguard.relaunch import kernel_internals as internals
+from nb_cudaguard.relaunch import subshells
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
+from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, interruptible, tail
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
 
 if TYPE_CHECKING:
     from nb_cudaguard.carry.files import CarriedValues
-_OUTPUT_TAIL = 2000
 
 
 def resume_after_restart(shell, guard: CudaGuardState) -> None:
@@ -62,7 +61,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         if kernel is not None and isinstance(exc.document, dict):
             from tornado.ioloop import IOLoop
 
-            kept = _KeptRequests(kernel, [list(r) for r in pending_requests(exc.document.get("payload", {}))])
+            kept = KeptRequests(kernel, [list(r) for r in pending_requests(exc.document.get("payload", {}))])
             IOLoop.current().add_callback(kept.refuse, "The restart handoff was refused (see the kernel log).")
         return
     finally:
@@ -84,9 +83,35 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         return
     guard.journal = journal
     guard.restarts = content.restarts
+    _mark_restart(journal)
+    _restore(shell, guard, content)
     if content.execution_count:
         shell.execution_count = content.execution_count
     _Resume(shell, guard, content, plan).start()
+
+
+def _mark_restart(journal: Journal) -> None:
+    """The restart, in the journal, where no cell asked for it (a panel's button did): a failure after it is a
+    new failure, the one the next restart rebuilds for, not a repeat of the one before (``replay.plan``)."""
+    last = journal.last
+    if last is None or last.status != "restart":
+        journal.start("", None).status = "restart"
+
+
+def _restore(shell, guard: CudaGuardState, content: Handoff) -> None:
+    """What the old process had on that no replayed cell turns on again (the plan never replays the extension's own
+    commands): the simulated GPU, the every-cell checks and the ``%config`` options, set before the replay; and,
+    on ipykernel 7, the subshells its clients had opened, so that their messages are not refused."""
+    for problem in guard.restore_session(content.session):
+        _log(shell, f"nb_cudaguard: after the restart, {problem}")
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None and content.subshells:
+        missing = subshells.recreate_subshells(kernel, content.subshells)
+        if missing:
+            _log(
+                shell,
+                f"nb_cudaguard: could not reopen subshell(s) {', '.join(missing)}; their clients must open new ones",
+            )
 
 
 def _announced(announced: str | None) -> Path | None:
@@ -161,7 +186,7 @@ class _Resume:
         )
         guard.last_replay = self.outcome
         frames = [list(request) for request in content.pending]
-        self.requests = _KeptRequests(self.kernel, frames) if self.kernel is not None else None
+        self.requests = KeptRequests(self.kernel, frames) if self.kernel is not None else None
         self.carried: CarriedValues | None = None  # until they are taken
 
     def start(self) -> None:
@@ -179,6 +204,8 @@ class _Resume:
             self.run_sync()
 
     def _next_cell_text(self) -> str:
+        if self.outcome.in_panel:  # the panel that asked for the restart shows the outcome at its top
+            return ""
         text = self.outcome.summary()
         if self.outcome.failed is not None:
             text += "\n" + self.outcome.to_text().split("\n", 1)[1] + "\n(%cudaguard replay --report shows this again)"
@@ -194,20 +221,24 @@ class _Resume:
             started = time.perf_counter()
             for index, record in enumerate(self._cells(), 1):
                 self._progress(index, record)
-                result, output, seconds = await self._run_async(record.source)
+                with self._numbered(record):
+                    result, output, seconds = await self._run_async(record.source)
                 if not self._record(record, result, output, seconds):
                     break
             self._finish_replay(started)
             await internals.wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
+            # the frontends last heard "starting" (the new process's first status): without this they show the
+            # kernel starting until the user's next cell
+            internals.publish_status(self.kernel, "idle")
 
     def run_sync(self) -> None:
         started = time.perf_counter()
         for index, record in enumerate(self._cells(), 1):
             self._progress(index, record)
             begun = time.perf_counter()
-            with _captured() as output:
+            with captured() as output, self._numbered(record):
                 result = self.shell.run_cell(record.source, silent=True)
             if not self._record(record, result, output.text(), time.perf_counter() - begun):
                 break
@@ -220,7 +251,7 @@ class _Resume:
         except Exception:
             transformed, error = source, sys.exc_info()
         begun = time.perf_counter()
-        with _captured() as output, _interruptible():
+        with captured() as output, interruptible():
             if error is None and not shell.should_run_async(source, transformed_cell=transformed):
                 result = shell.run_cell(source, silent=True)
             else:
@@ -228,6 +259,19 @@ class _Resume:
                     source, silent=True, transformed_cell=transformed, preprocessing_exc_tuple=error
                 )
         return result, output.text(), time.perf_counter() - begun
+
+    @contextlib.contextmanager
+    def _numbered(self, record: CellRecord) -> Iterator[None]:
+        """A replayed cell is compiled under its own number, so that a traceback through code it defines (a model's
+        ``forward``) names the cell the user sees as ``[4]``, not the number the next cell will get."""
+        shell = self.shell
+        after = shell.execution_count
+        if record.execution_count is not None:
+            shell.execution_count = record.execution_count
+        try:
+            yield
+        finally:
+            shell.execution_count = after
 
     def _cells(self) -> Iterator[CellRecord]:
         """The cells to replay, in order. The carried values, read on a thread meanwhile, go into the namespace
@@ -265,7 +309,7 @@ class _Resume:
             return True
         self.outcome.failed = record
         self.outcome.error = "".join(traceback.format_exception_only(type(error), error)).strip()
-        self.outcome.output = output[-_OUTPUT_TAIL:]
+        self.outcome.output = output[-OUTPUT_TAIL:]
         return False
 
     def _finish_replay(self, started: float) -> None:
@@ -278,13 +322,30 @@ class _Resume:
             for name in self.shell.user_ns
             if not name.startswith("_") and name not in self.shell.user_ns_hidden and name not in ("In", "Out")
         )
+        self.outcome.missing = self._missing()
         if self._should_diagnose():
             self.outcome.diagnosis = self._diagnose()
         self.outcome.done = True
         self._progress_done()
 
     def _should_diagnose(self) -> bool:
-        return self.options.diagnose and self.outcome.failed is None and self.outcome.plan.target is not None
+        """Only once the failing cell's inputs exist again: otherwise its first missing name is all it would find."""
+        outcome = self.outcome
+        return (
+            self.options.diagnose and outcome.failed is None and outcome.plan.target is not None and not outcome.missing
+        )
+
+    def _missing(self) -> list[str]:
+        """Names the failing cell reads (before binding them itself) that exist neither in the namespace nor among
+        the builtins after the replay: what the replay could not rebuild."""
+        import builtins
+
+        target = self.outcome.plan.target
+        if target is None:
+            return []
+        names = target.names
+        namespace = self.shell.user_ns
+        return sorted(n for n in names.used - names.defined if n not in namespace and not hasattr(builtins, n))
 
     def _diagnose(self) -> str:
         """Run the failing cell again under ``%%cudacheck``, which checks the inputs of assert-prone ops before
@@ -297,11 +358,11 @@ class _Resume:
         if target is None:  # _should_diagnose checked it
             return "skipped: no failing cell to check"
         source = target.source
-        with _captured() as output, _interruptible():
+        with captured() as output, interruptible():
             result = self.shell.run_cell("%%cudacheck\n" + source, silent=True)
         error = result.error_before_exec or result.error_in_exec
         if error is None:
-            return "the failing cell ran without a failure under %%cudacheck" + _tail(output.text())
+            return "the failing cell ran without a failure under %%cudacheck" + tail(output.text())
         return "".join(traceback.format_exception_only(type(error), error)).strip()
 
     # --- what the user sees while it runs
@@ -322,71 +383,3 @@ class _Resume:
         self.kernel.log.info(text)
         if self.content.display_id is not None:
             internals.publish_update(self.kernel, self.content.display_id, text, self.content.parent_header or {})
-
-
-class _KeptRequests:
-    """The shell requests that reached the old process during the restart, answered here once clients are back."""
-
-    def __init__(self, kernel, frames: list[list[bytes]]) -> None:
-        self.kernel = kernel
-        self.frames = frames
-
-    async def run(self) -> int:
-        """Run each request as if it had just arrived, in order, replying to its own client."""
-        for frames in self.frames:
-            await internals.dispatch_raw(self.kernel, frames)
-        return len(self.frames)
-
-    async def refuse(self, reason: str) -> None:
-        """Answer each *signed* request without running it: an execute request gets a clear error instead."""
-        if not self.frames:
-            return
-        await internals.wait_for_clients(self.kernel)
-        session = self.kernel.session
-        for frames in self.frames:
-            try:
-                idents, rest = session.feed_identities(frames)
-                msg = session.deserialize(rest)  # checks the request's own signature with the kernel's key
-            except Exception:
-                continue  # not from a client of this kernel: not answered
-            if msg["header"].get("msg_type") == "execute_request":
-                text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
-                msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
-            await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """A kernel ignores SIGINT outside its request handlers and turns it into KeyboardInterrupt inside them (its
-    ``pre_handler_hook``). The replay runs outside any handler, so without this the Interrupt button could not stop
-    a long replayed cell, and the user's next cell would wait for it. As in a handler, only while a cell runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-
-
-def _tail(text: str) -> str:
-    text = text.strip()
-    return f"\n{text[-_OUTPUT_TAIL:]}" if text else ""
-
-
-class _Buffer:
-    def __init__(self, capture) -> None:
-        self.capture = capture
-
-    def text(self) -> str:
-        return self.capture.stdout + self.capture.stderr
-
-
-@contextlib.contextmanager
-def _captured():
-    """The replayed cells' Python-level output and displays, kept for the report instead of being shown."""
-    from IPython.utils.capture import capture_output
-
-    with capture_output() as capture:
-        yield _Buffer(capture)

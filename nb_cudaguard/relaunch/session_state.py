@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.relaunch.handoff_content import SessionState
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
 
 
@@ -31,3 +32,7 @@ class CudaGuardState(Protocol):
     def register(self) -> None: ...
 
     def unregister(self) -> None: ...
+
+    def session_state(self) -> SessionState: ...
+
+    def restore_session(self, state: SessionState) -> list[str]: ...

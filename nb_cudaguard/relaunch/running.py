@@ -1,0 +1,81 @@
+"""How the new process runs what the restart left it: the replayed cells (numbered as the user saw them,
+interruptible, their output kept for the report) and the requests kept during the restart."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+from nb_cudaguard.relaunch import kernel_internals as internals
+
+OUTPUT_TAIL = 2000
+
+
+class KeptRequests:
+    """The shell requests that reached the old process during the restart, answered here once clients are back."""
+
+    def __init__(self, kernel, frames: list[list[bytes]]) -> None:
+        self.kernel = kernel
+        self.frames = frames
+
+    async def run(self) -> int:
+        """Run each request as if it had just arrived, in order, replying to its own client."""
+        for frames in self.frames:
+            await internals.dispatch_raw(self.kernel, frames)
+        return len(self.frames)
+
+    async def refuse(self, reason: str) -> None:
+        """Answer each *signed* request without running it: an execute request gets a clear error instead."""
+        if not self.frames:
+            return
+        await internals.wait_for_clients(self.kernel)
+        session = self.kernel.session
+        for frames in self.frames:
+            try:
+                idents, rest = session.feed_identities(frames)
+                msg = session.deserialize(rest)  # checks the request's own signature with the kernel's key
+            except Exception:
+                continue  # not from a client of this kernel: not answered
+            if msg["header"].get("msg_type") == "execute_request":
+                text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
+                msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
+            await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """A kernel ignores SIGINT outside its request handlers and turns it into KeyboardInterrupt inside them (its
+    ``pre_handler_hook``). The replay runs outside any handler, so without this the Interrupt button could not stop
+    a long replayed cell, and the user's next cell would wait for it. As in a handler, only while a cell runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def tail(text: str) -> str:
+    text = text.strip()
+    return f"\n{text[-OUTPUT_TAIL:]}" if text else ""
+
+
+class _Buffer:
+    def __init__(self, capture) -> None:
+        self.capture = capture
+
+    def text(self) -> str:
+        return self.capture.stdout + self.capture.stderr
+
+
+@contextlib.contextmanager
+def captured():
+    """The replayed cells' Python-level output and displays, kept for the report instead of being shown."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as capture:
+        yield _Buffer(capture)
