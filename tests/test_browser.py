@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -219,17 +218,6 @@ def _recovered_then_idle(page, panel) -> None:
         time.sleep(0.05)
 
 
-def _notebook_with_an_untagged_failing_cell(root: Path) -> None:
-    """The example marks its failing cell ``raises-exception`` for nbclient, and every Jupyter frontend sends such
-    a cell with ``stop_on_error: false``, so Run All would go on past it with or without nb_cudaguard. A user's
-    notebook has no such tag: this is the notebook as they would have it."""
-    path = root / NOTEBOOK
-    notebook = json.loads(path.read_text())
-    for cell in notebook["cells"]:
-        cell.get("metadata", {}).pop("tags", None)
-    path.write_text(json.dumps(notebook))
-
-
 @pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
 def test_a_whole_session_with_the_panel(tmp_path, app):
     if app == "notebook" and importlib.util.find_spec("notebook") is None and not _REQUIRED:
@@ -239,7 +227,6 @@ def test_a_whole_session_with_the_panel(tmp_path, app):
     shots = f"{'lab' if app == 'jupyterlab' else 'nb7'}-"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with jupyter_server(tmp_path, app) as (base, token, tmp, log), sync_playwright() as playwright:
-        _notebook_with_an_untagged_failing_cell(tmp / "root")
         context = playwright.chromium.launch_persistent_context(
             str(tmp / "chromium-profile"),
             executable_path=CHROMIUM,

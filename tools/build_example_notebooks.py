@@ -3,7 +3,10 @@
 Each notebook is what a Kaggle or Colab user writes, with one classic mistake: it shows the failure, the
 explanation nb_cudaguard gives, the restart that rebuilds the state, and the fix. They run on a CPU: without a
 GPU, `%cudaguard simulate on` makes the bad input fail the way it fails on a GPU (a device-side assert that
-poisons the context). Cells tagged `raises-exception` are expected to fail (nbclient carries on after them).
+poisons the context). The failing cell is tagged `expected-failure` (for the reader and the tests), not
+`raises-exception`: Jupyter sends a cell with that tag with `stop_on_error: false`, so Run All would not stop at it,
+and stopping there, with the panel to choose what to replay, is the point. The tests add `raises-exception` in memory
+so that nbclient runs on through the restart and the fix.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ NOTEBOOKS = {
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
             "    optimizer.step()",
-            ["raises-exception"],
+            ["expected-failure"],
         ),
         ("md", "The panel above names the cause. The same facts, from Python:"),
         ("code", CHECK_REPORT),
@@ -160,7 +163,7 @@ NOTEBOOKS = {
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
             "    optimizer.step()",
-            ["raises-exception"],
+            ["expected-failure"],
         ),
         ("code", CHECK_REPORT),
         ("code", RESTART),
@@ -234,7 +237,7 @@ NOTEBOOKS = {
         (
             "code",
             'logits = model(batch["input_ids"].to(device))',
-            ["raises-exception"],
+            ["expected-failure"],
         ),
         ("code", CHECK_REPORT),
         ("code", RESTART),
@@ -275,7 +278,7 @@ NOTEBOOKS = {
             "    optimizer.zero_grad()\n"
             "    loss.backward()\n"
             "    optimizer.step()",
-            ["raises-exception"],
+            ["expected-failure"],
         ),
         ("code", CHECK_REPORT),
         ("code", RESTART),
