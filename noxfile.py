@@ -52,8 +52,8 @@ def tests_ipykernel6(session: nox.Session) -> None:
     session.install("-e", ".[test]", *IPYKERNEL6)
     kernel_tests = [
         "tests/test_extension_kernel.py",
-        "tests/test_restart_kernel.py",
-        "tests/test_restart_faults.py",
-        "tests/test_carry_kernel.py",
+        "tests/relaunch/test_restart_kernel.py",
+        "tests/relaunch/test_restart_faults.py",
+        "tests/carry/test_carry_kernel.py",
     ]
-    session.run("pytest", *kernel_tests, "tests/test_runner.py", "tests/test_panel.py", *session.posargs)
+    session.run("pytest", *kernel_tests, "tests/cli/test_runner.py", "tests/panel/test_panel.py", *session.posargs)

@@ -18,7 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-TESTS = ["tests/test_restart_kernel.py", "tests/test_restart_faults.py", "tests/test_carry_kernel.py"]
+TESTS = [
+    "tests/relaunch/test_restart_kernel.py",
+    "tests/relaunch/test_restart_faults.py",
+    "tests/carry/test_carry_kernel.py",
+]
 
 
 def leftovers() -> list[str]:

@@ -98,3 +98,22 @@ def test_report_text_shows_the_variable_and_the_fix():
     text = outcome.report.to_text()
     assert "1. bce_input_range [logits]" in text
     assert "nn.BCEWithLogitsLoss()" in text
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_after_restart_replay_and_diagnose_every_poisoning_is_pinned(scenario):
+    """Issue 15 item 4: where the device was poisoned, the failing cell re-run under %%cudacheck on a healthy
+    context (as "Restart, replay & diagnose" does) gives the right family and variable, with the values and their
+    positions read by the check itself. A host-side failure poisons nothing, so it needs no restart."""
+    from nb_cudaguard import CudaCheckError
+
+    before = runner.run(scenario, "cuda")
+    if before.report.incident.classification != "poisoned":
+        assert before.report.incident.classification == "recoverable" and before.rank == 1
+        return
+    after = runner.run(scenario, "cuda", check_last=True)
+    assert isinstance(after.report.incident.exception, CudaCheckError), "%%cudacheck did not stop the op"
+    top = after.top
+    assert (top.family, top.variable) == (scenario.family, scenario.variable), after.report.diagnosis.notes
+    guard = top.evidence[0]
+    assert guard.kind == "guard" and guard.values and guard.positions and top.confidence == 1.0

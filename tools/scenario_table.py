@@ -7,7 +7,7 @@ The simulation is the faithful one (``nb_cudaguard.testing``): tensors the scena
 read once the context is poisoned, so the diagnosis before a restart works from what survives (metadata, host
 copies, the source). "After restart" runs the scenario again in a fresh shell with the failing cell under
 ``%%cudacheck``, which is what the restart's diagnose step does once the replay has rebuilt the state (the restart
-itself is covered by tests/test_restart_kernel.py). Every number is measured each time this runs.
+itself is covered by tests/relaunch/test_restart_kernel.py). Every number is measured each time this runs.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def _pct(hits: int, total: int) -> str:
 def _values_and_positions(outcome: runner.Outcome) -> bool:
     top = outcome.top
     return top is not None and any(e.values and e.positions for e in top.evidence if e.kind == "guard")
+
+
+def _misses(count: int) -> str:
+    return f" ({count} miss(es): see the per-scenario table)" if count else ""
 
 
 def _mark(ok: bool) -> str:
@@ -96,9 +100,14 @@ def main() -> None:
         f"| after restart, replay & diagnose: offending values and positions pinned | "
         f"**{_pct(values_after, len(poisoned))}** of the poisoned scenarios |",
         f"| after restart, replay & diagnose: ... and the expected family and variable too | "
-        f"**{_pct(pinned_after, len(poisoned))}** (the misses: %%cudacheck names an inline argument or an internal"
-        " tensor, or does not refine the family; see the per-scenario table) |",
+        f"**{_pct(pinned_after, len(poisoned))}**{_misses(len(poisoned) - pinned_after)} |",
         f"| CPU form (no GPU): top-1 family and variable | {_pct(cpu_ok, total)} |",
+        "",
+        "After a restart, `%%cudacheck` stops the failing op before it runs and reads the values it received; the",
+        "diagnosis keeps that finding whole and lets the user's objects, read on the same healthy context, narrow",
+        "the family within its group (labels past a too-small output layer are `num_classes_mismatch`) and name the",
+        "variable of the user's own code where the op's argument was made inside the model (`position_ids` from",
+        "`input_ids`): `nb_cudaguard/diagnosis/checked.py`.",
         "",
         f"Old permissive simulation, for comparison: {PERMISSIVE}. It read the values of device tensors after the",
         "poisoning, which no GPU allows, so its figures were an upper bound.",

@@ -20,7 +20,7 @@ from nb_cudaguard.panel.follower import reattach_after_restart
 from nb_cudaguard.panel.handover import ENV, BoxState, ButtonState, HandoverError, PanelHandover
 from nb_cudaguard.panel.widget import Panel, gather
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SETUP = [
     "import torch\nfrom torch import nn",

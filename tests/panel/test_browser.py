@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = "01_image_classifier_196_classes.ipynb"
 SCREENSHOTS = ROOT / "docs" / "img"

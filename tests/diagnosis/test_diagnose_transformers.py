@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scenarios"))
 import runner
 
 CELLS = [

@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "example_notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 

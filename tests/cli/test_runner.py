@@ -139,7 +139,7 @@ def test_run_an_example_notebook_with_diagnosis(tmp_path):
     pytest.importorskip("torch")
     from pathlib import Path
 
-    notebook = Path(__file__).parent.parent / "example_notebooks" / "01_image_classifier_196_classes.ipynb"
+    notebook = Path(__file__).resolve().parents[2] / "example_notebooks" / "01_image_classifier_196_classes.ipynb"
     out, report = tmp_path / "car.ipynb", tmp_path / "car.md"
     assert main(["run", str(notebook), "-o", str(out), "--report", str(report), "--on-poison", "diagnose"]) == 1
     text = report.read_text()

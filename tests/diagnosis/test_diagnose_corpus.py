@@ -20,9 +20,9 @@ from nb_cudaguard.diagnosis.evidence import textual
 from nb_cudaguard.families import FAMILIES
 from nb_cudaguard.incident.logparse import incident_from_log
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 ENTRIES = json.loads((CORPUS / "corpus.json").read_text())
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import corpus_score  # noqa: E402
 
 # (top-1 family, top-1 in the right group), as measured by tools/corpus_score.py: floors, not targets.
