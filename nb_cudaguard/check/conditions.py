@@ -217,3 +217,25 @@ def cast_condition(argument: str, index, flag, source_ref) -> Condition:
         range_source="the float -> integer cast that produced it",
         shown=source,
     )
+
+
+def mark_nan_cast(condition: Condition) -> None:
+    """An integer argument whose offending values include its dtype's minimum holds a NaN or inf cast to an integer
+    (``float('nan')`` becomes -9223372036854775808 as int64, on the CPU and on CUDA alike), not a negative id: the
+    family is ``nan_or_inf`` and the fix is upstream, where the NaN enters. Catches the casts made before the checks
+    were on, which the mode's own cast tracking (``cast_condition``) cannot have seen."""
+    t = condition.tensor
+    if condition.family == "nan_or_inf" or not isinstance(t, torch.Tensor) or t.dtype not in _SIGNED_INDEX:
+        return
+    lowest = torch.iinfo(t.dtype).min
+    if not bool((condition.bad_mask() & (t == lowest)).any()):
+        return
+    condition.family = "nan_or_inf"
+    condition.problem = (
+        "has {count} value(s) outside " + f"{condition.valid_range}, including {lowest}: what a NaN or inf becomes "
+        "when a float is cast to an integer"
+    )
+    condition.fix = None
+
+
+_SIGNED_INDEX = (torch.int64, torch.int32)

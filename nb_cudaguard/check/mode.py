@@ -32,9 +32,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nb_cudaguard.check.conditions import Check, Condition, cast_condition
+from nb_cudaguard.check.conditions import Check, Condition, cast_condition, mark_nan_cast
 from nb_cudaguard.check.context import Names, describe_line, user_frame
 from nb_cudaguard.check.fast_board import BOARD
+from nb_cudaguard.check.naming import user_name
 from nb_cudaguard.check.ops import CHECKS
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
@@ -183,10 +184,18 @@ class CudaCheckMode(TorchDispatchMode):
                 found = condition.offenders()
             if condition.refine is not None:
                 condition.refine(condition, names)
+            with probe.internal_use():
+                mark_nan_cast(condition)  # last: a NaN cast says more than which table the index missed
             values, positions, count = found.values, found.positions, found.count
         except Exception as exc:  # the details are a courtesy; the error itself must still be raised
             self.notice(f"could not list the offending values ({type(exc).__name__}: {exc}).")
             values, positions, count = [], [], None
+        try:
+            with probe.internal_use():
+                variable = user_name(names, condition.tensor)
+        except Exception as exc:  # likewise: a name the user knows is a courtesy
+            self.notice(f"could not name the argument ({type(exc).__name__}: {exc}).")
+            variable = names.name_of(condition.tensor)
         return CudaCheckError(
             op=_op_name(func),
             argument=condition.argument,
@@ -197,7 +206,7 @@ class CudaCheckMode(TorchDispatchMode):
             count=count,
             valid_range=condition.valid_range,
             range_source=condition.range_source,
-            variable=names.name_of(condition.tensor),
+            variable=variable,
             user_line=describe_line(frame),
             fix=condition.fix or check_fix_of(condition.family),
         )

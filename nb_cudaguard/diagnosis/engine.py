@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence, cause_from_check
+from nb_cudaguard.diagnosis import checked
+from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.diagnosis.evidence import classes, codehints, embeddings, indexing, lognumbers, losses, prior, textual
 from nb_cudaguard.diagnosis.evidence.context import Context
 from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
@@ -105,9 +106,17 @@ def _failing_line(incident: Incident) -> LineFacts:
 def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable | None = None) -> Diagnosis:
     """``code``: a script or cell source given with ``explain --code``; ``journal``: the cells run before this one."""
     if isinstance(incident.exception, CudaCheckError):
-        # %%cudacheck stopped the op before it ran: its own finding is direct and complete.
-        note = "%%cudacheck stopped this op before it ran: the context is healthy."
-        return Diagnosis(causes=[cause_from_check(incident.exception)], notes=[note])
+        # %%cudacheck stopped the op before it ran: its values are certain; the workspace, read on the same healthy
+        # context, may narrow the family within the group and name the variable in the user's own code.
+        try:
+            analysed: Diagnosis | None = _analyse(incident, code, journal)
+        except Exception:  # the check's own finding stands without the workspace's
+            analysed = None
+        return checked.combine(incident.exception, analysed, incident.namespace)
+    return _analyse(incident, code, journal)
+
+
+def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> Diagnosis:
     diagnosis = Diagnosis()
     asserted = _catalog_causes(incident)
     sources = _sources(incident, code, journal)

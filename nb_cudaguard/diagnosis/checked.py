@@ -1,0 +1,82 @@
+"""One cause from what ``%%cudacheck`` pinned and what the user's objects say about it.
+
+The check read the very values the op received, so its op, argument, offending values, positions and valid range
+are certain. Two things it cannot see from inside the op are in the user's workspace, which the analysers read on
+the same, healthy context:
+
+- which family of the group it is: labels past the classes of ``F.cross_entropy`` are ``label_out_of_range`` to
+  the op, but ``num_classes_mismatch`` when the labels are right and the output layer (``num_labels``,
+  ``out_features``) is too small; an embedding index past its table may be a sequence longer than the position
+  table or a tokenizer that grew;
+- the user's variable, where the op's argument was made inside their model (``position_ids`` is built in the
+  model's ``forward`` from the length of the cell's ``input_ids``).
+
+So the check's finding is kept whole, and the analysers' best cause of the same group may narrow the family
+within the group (never across it, never against the values: a negative label stays ``negative_label``) and name
+the variable when the check's is not one in the user's namespace.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, cause_from_check
+from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.families import group_of
+
+# What the workspace may narrow a checked family to: the family the op's values show, into the cause behind them.
+NARROWS = {
+    "label_out_of_range": frozenset({"num_classes_mismatch"}),
+    "embedding_index_out_of_range": frozenset(
+        {"vocab_resize_missing", "position_ids_too_long", "token_type_ids_out_of_range"}
+    ),
+}
+CHECKED = "%%cudacheck stopped this op before it ran: the context is healthy."
+# Evidence that says why a family is narrowed, most telling first: what the model or config is, then the values.
+_EXPLAINS = ("config", "module", "tokenizer", "source", "journal", "tensor")
+_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def combine(error: CudaCheckError, analysed: Diagnosis | None, namespace: dict | None) -> Diagnosis:
+    """The check's cause, narrowed and named by ``analysed`` (the analysers' diagnosis of the same incident)."""
+    cause = cause_from_check(error)
+    notes = [CHECKED]
+    partner = _partner(error, analysed)
+    if partner is None:
+        return Diagnosis(causes=[cause], notes=notes)
+    if partner.family != error.family and partner.family in NARROWS.get(error.family, ()):
+        cause.family = partner.family
+        cause.fix = partner.fix
+        reasons = sorted((e for e in partner.evidence if e.kind in _EXPLAINS), key=lambda e: _EXPLAINS.index(e.kind))
+        because = f" by: {reasons[0].text}" if reasons else ""
+        notes.append(f"Narrowed from `{error.family}` (what the op's values show) to `{partner.family}`{because}.")
+    if partner.variable and partner.variable != error.variable and not _in_namespace(error.variable, namespace):
+        cause.variable = partner.variable
+        notes.append(
+            f"{error.argument} of {error.op} was "
+            + (f"{error.variable}, made inside the called code" if error.variable else "made inside the called code")
+            + f"; in your code it comes from {partner.variable}."
+        )
+    cause.evidence += [e for e in partner.evidence if e.kind not in ("assertion", "error_text", "prior")]
+    return Diagnosis(causes=[cause], notes=notes)
+
+
+def _partner(error: CudaCheckError, analysed: Diagnosis | None) -> Cause | None:
+    """The analysers' highest-ranked cause of the check's group that names a variable: the one to narrow with."""
+    if analysed is None:
+        return None
+    group = group_of(error.family)
+    wanted = {error.family} | NARROWS.get(error.family, frozenset())
+    for cause in analysed.causes:
+        if group_of(cause.family) == group and cause.family in wanted and cause.variable:
+            return cause
+    return None
+
+
+def _in_namespace(variable: str | None, namespace: dict | None) -> bool:
+    """Whether the check's name is the user's own (a variable of the notebook, or an entry of one), not a name that
+    exists only inside the code they called."""
+    if not variable or namespace is None:
+        return False
+    root = _ROOT.match(variable)
+    return root is not None and root.group(0) in namespace
