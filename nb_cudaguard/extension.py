@@ -20,6 +20,7 @@ from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.record.capture import OutputCapture
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.relaunch.handoff_content import SessionState
+from nb_cudaguard.snapshot.store import Snapshots
 
 if TYPE_CHECKING:
     from IPython.core.magic import Magics
@@ -52,6 +53,15 @@ class CudaGuard(Configurable):
     panel = Bool(
         True, help="After a failure, show the interactive panel where widgets can render (else the plain report)."
     ).tag(config=True)
+    # --- snapshots of the GPU state at cell boundaries (snapshot/), restored by a restart instead of training again
+    snapshot = Bool(
+        True, help="After a cell that changed models, optimizers or CUDA tensors, keep a host copy for the restart."
+    ).tag(config=True)
+    snapshot_max_bytes = Int(16 * 1024**3, help="Bytes of host memory the snapshot may take.").tag(config=True)
+    snapshot_max_fraction = Float(
+        0.03, help="A snapshot is taken when its copy costs at most this share of the cells it protects."
+    ).tag(config=True)
+    # --- end of the snapshot options
 
     def __init__(self, shell, **kwargs) -> None:
         super().__init__(parent=shell, **kwargs)
@@ -77,6 +87,7 @@ class CudaGuard(Configurable):
         self._started = 0.0
         # the simulated GPU was on before the extension loaded: unloading it leaves it on, else turns it off
         self._simulating_at_load = _simulating()
+        self.snapshots = Snapshots()  # snapshot/: the GPU state's last host copy, and what each cell did to it
 
     @property
     def current_cell(self) -> CellRecord | None:
@@ -129,6 +140,7 @@ class CudaGuard(Configurable):
         stops if it was turned on in this session (``%cudaguard simulate on``, or carried across a restart)."""
         self.unregister()
         self.every_cell.set(False)
+        self.snapshots.close()
         if _simulating() and not self._simulating_at_load:
             from nb_cudaguard import testing
 
@@ -170,6 +182,8 @@ class CudaGuard(Configurable):
         self._current = self.journal.start(source, self.shell.execution_count, getattr(info, "cell_id", None))
         if self.capture is not None:
             self.capture.begin_cell()
+        if self.snapshot:
+            self._snapshot_hook(self.snapshots.before_cell)
         self._started = time.perf_counter()
 
     def post_run_cell(self, result) -> None:
@@ -191,6 +205,9 @@ class CudaGuard(Configurable):
             record.status = "error"
             record.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         output = self.capture.end_cell(failed=error is not None) if self.capture is not None else None
+        if record.status == "ok" and self.snapshot:
+            self._snapshot_hook(self.snapshots.after_cell, record, self.shell.user_ns, self.shell.user_ns_hidden,
+                                self.snapshot_max_bytes, self.snapshot_max_fraction)  # fmt: skip
         if result.error_in_exec is None or record.status != "error":
             return
         try:
@@ -248,7 +265,16 @@ class CudaGuard(Configurable):
         if self.last_report is not None:
             inc = self.last_report.incident
             lines.append(f"  last: {inc.classification} - {inc.exc_type}: {inc.message.splitlines()[0][:100]}")
+        lines.append(f"  snapshot: {self.snapshots.status() if self.snapshot else 'off (CudaGuard.snapshot = False)'}")
         return "\n".join(lines)
+
+    def _snapshot_hook(self, hook, *args) -> None:
+        """A snapshot must never be what breaks the user's session: a failure turns it off, with one line."""
+        try:
+            hook(*args)
+        except Exception as exc:
+            self.snapshot = False
+            print(f"nb_cudaguard: snapshots are off ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def _capture_status(self) -> str:
         if self.capture is None:

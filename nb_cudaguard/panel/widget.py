@@ -122,6 +122,7 @@ class Panel(PanelActions):
         from html import escape
 
         from nb_cudaguard.replay.plan import build_plan
+        from nb_cudaguard.snapshot.plan import snapshot_rows
 
         journal = self.guard.journal
         minimal = build_plan(journal, "minimal")
@@ -129,6 +130,8 @@ class Panel(PanelActions):
         chosen = {step.record.seq for step in minimal.steps}
         carry = self._carry_preview(minimal)
         fates = {step.record.seq: carry.step_text(step) for step in carry.steps} if carry is not None else {}
+        if self.guard.snapshot:  # training cells the GPU state's snapshot replaces (snapshot.plan)
+            fates |= snapshot_rows(minimal, journal, self.guard.snapshots)
         for step in everything.steps:
             record = step.record
             if record.execution_count is None:

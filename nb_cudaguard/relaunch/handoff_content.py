@@ -14,6 +14,7 @@ from typing import Any
 
 from nb_cudaguard.carry.manifest import CarryManifest, ManifestError
 from nb_cudaguard.errors import NbCudaguardError
+from nb_cudaguard.snapshot.files import SnapshotManifest, SnapshotManifestError
 
 VERSION = 1
 
@@ -30,6 +31,7 @@ class RestartOptions:
     diagnose: bool  # re-run the failing cell under %%cudacheck after the replay
     method: str  # "exec" | "exit"
     carry: CarryManifest | None = None
+    snapshot: SnapshotManifest | None = None  # the GPU state's snapshot file, and the training cells it replaces
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Handoff:
                 "diagnose": options.diagnose,
                 "method": options.method,
                 "carry": options.carry.to_dict() if options.carry is not None else None,
+                "snapshot": options.snapshot.to_dict() if options.snapshot is not None else None,
             },
             "pid": self.pid,
             "execution_count": self.execution_count,
@@ -110,7 +113,8 @@ class Handoff:
         try:
             raw = data["options"]
             carry = CarryManifest.from_dict(raw["carry"]) if raw.get("carry") else None
-            options = RestartOptions(str(raw["replay"]), bool(raw["diagnose"]), str(raw["method"]), carry)
+            snapshot = SnapshotManifest.from_dict(raw["snapshot"]) if raw.get("snapshot") else None
+            options = RestartOptions(str(raw["replay"]), bool(raw["diagnose"]), str(raw["method"]), carry, snapshot)
             return cls(
                 plan=dict(data["plan"]),
                 journal=str(data["journal"]),
@@ -127,7 +131,7 @@ class Handoff:
                 session=SessionState.from_dict(data.get("session")),
                 subshells=tuple(str(s) for s in data.get("subshells", ())),
             )
-        except (KeyError, TypeError, ValueError, ManifestError) as exc:
+        except (KeyError, TypeError, ValueError, ManifestError, SnapshotManifestError) as exc:
             raise HandoffContentError(f"the handoff lacks a valid {exc}") from exc
 
 

@@ -7,6 +7,7 @@ The steps and why each is there are in ``restart.inplace``'s docstring; every ip
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -170,6 +171,9 @@ class KernelRestart:
         from nb_cudaguard.relaunch.resume import show_at_next_cell
 
         discard_all(self.binding)  # the values it had written for the new process are never read
+        from nb_cudaguard.snapshot.files import discard as discard_snapshot
+
+        discard_snapshot(self.binding)
         self.guard.restarting = False
         failure = (
             f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this kernel goes on as it was."
@@ -183,7 +187,7 @@ class KernelRestart:
 
     def _exit_for_autorestart(self, exc: BaseException, stage: str) -> None:
         """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
-        self.options = RestartOptions(self.options.replay, self.options.diagnose, "exit", self.options.carry)
+        self.options = dataclasses.replace(self.options, method="exit")
         try:
             self._write(self.children)
             write_startup_file(self.shell, self.binding.slug)

@@ -96,7 +96,8 @@ def restart(
             ) from None
         if manifest is not None:
             print(carry_plan.to_text(), flush=True)
-    options = RestartOptions(replay=replay, diagnose=bool(diagnose), method=method, carry=manifest)
+    snapshot = _snapshot_manifest(guard, plan)
+    options = RestartOptions(replay=replay, diagnose=bool(diagnose), method=method, carry=manifest, snapshot=snapshot)
     if getattr(getattr(shell, "kernel", None), "session", None) is not None:
         KernelRestart(guard, plan, options).arm()
     elif type(shell).__name__ == "TerminalInteractiveShell":
@@ -105,6 +106,24 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
+
+
+def _snapshot_manifest(guard: CudaGuardState, plan: ReplayPlan):
+    """Write the GPU state's snapshot for the new process, if it lets the replay skip training cells; a snapshot
+    that cannot be written only means those cells are replayed (said in one line)."""
+    if not (guard.snapshot and plan.steps and plan.target is not None):
+        return None
+    from nb_cudaguard.snapshot.files import prepare as prepare_snapshot
+
+    try:
+        decided, manifest = prepare_snapshot(guard.shell, guard.journal, guard.snapshots, plan)
+    except (OSError, RuntimeError, NbCudaguardError) as exc:
+        print(f"nb_cudaguard: the snapshot is not used ({exc}); the training cells are replayed.", flush=True)
+        return None
+    text = decided.to_text()
+    if text:
+        print(text, flush=True)
+    return manifest
 
 
 def _restart_terminal(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions) -> None:

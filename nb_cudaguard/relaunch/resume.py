@@ -28,6 +28,8 @@ from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, i
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
+from nb_cudaguard.snapshot import files as snapshot_files
+from nb_cudaguard.snapshot.restore import Restorer
 
 if TYPE_CHECKING:
     from nb_cudaguard.carry.files import CarriedValues
@@ -44,6 +46,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         from nb_cudaguard.carry.files import discard_all
 
         discard_all(binding)  # values of a restart of this kernel that never wrote its handoff
+        snapshot_files.discard(binding)
         if announced:
             guard.restart_failure = f"nb_cudaguard: the restart handoff {announced} is missing; nothing was replayed."
             show_at_next_cell(shell, lambda: guard.restart_failure)
@@ -55,6 +58,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         from nb_cudaguard.carry.files import discard_all
 
         discard_all(binding)  # values that came with it are never read
+        snapshot_files.discard(binding)
         _log(shell, str(exc))
         show_at_next_cell(shell, lambda: guard.restart_failure)
         kernel = getattr(shell, "kernel", None)
@@ -131,7 +135,7 @@ def _remove_what_dead_kernels_left(shell, binding: handoff.Binding) -> None:
     """Handoffs and carried values of kernels that ended in the middle of a restart, in our own directories only."""
     from nb_cudaguard.carry.files import remove_stale_carries
 
-    notes = remove_stale_carries()
+    notes = remove_stale_carries() + snapshot_files.remove_stale()
     for where in (lambda: handoff.handoff_dir(binding, create=False), lambda: handoff.private_dir(create=False)):
         try:
             notes += handoff.remove_stale(where())
@@ -188,12 +192,14 @@ class _Resume:
         frames = [list(request) for request in content.pending]
         self.requests = KeptRequests(self.kernel, frames) if self.kernel is not None else None
         self.carried: CarriedValues | None = None  # until they are taken
+        self.restorer: Restorer | None = None  # the GPU state's snapshot, loaded in place of the training cells
 
     def start(self) -> None:
         if self.options.carry is not None:
             from nb_cudaguard.carry.files import CarriedValues
 
             self.carried = CarriedValues(self.options.carry)  # starts reading at once
+        self.restorer = Restorer.start(self.options.snapshot)  # reads and checks the file on a thread meanwhile
         show_at_next_cell(self.shell, self._next_cell_text)
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
@@ -274,6 +280,11 @@ class _Resume:
             shell.execution_count = after
 
     def _cells(self) -> Iterator[CellRecord]:
+        """The cells to replay, less the training cells the snapshot replaces (``snapshot.restore``)."""
+        restorer, namespace = self.restorer, self.shell.user_ns
+        yield from (r for r in self._planned() if restorer is None or not restorer.skip(r, namespace))
+
+    def _planned(self) -> Iterator[CellRecord]:
         """The cells to replay, in order. The carried values, read on a thread meanwhile, go into the namespace
         just before the position of the first cell the carry plan skips; if they cannot be used, the plain plan's
         cells from that position on run instead: nothing runs twice or out of order, nothing is lost."""
@@ -316,6 +327,8 @@ class _Resume:
         """Carried values the replay did not reach (it stopped early), time, names, the optional diagnosis, then
         mark the replay done (the next cell waits for that)."""
         self._take_carried()
+        note = self.restorer.conclude(self.outcome.plan, self.shell.user_ns) if self.restorer is not None else ""
+        self.outcome.carry_note = "; ".join(n for n in (self.outcome.carry_note, note) if n) or None
         self.outcome.seconds = time.perf_counter() - started
         self.outcome.names = sorted(
             name

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.relaunch.handoff_content import SessionState
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
+from nb_cudaguard.snapshot.store import Snapshots
 
 
 class CudaGuardState(Protocol):
@@ -19,6 +20,8 @@ class CudaGuardState(Protocol):
     carry: bool
     carry_max_bytes: int
     carry_max_seconds: float
+    snapshot: bool
+    snapshots: Snapshots
     journal_max_cells: int
     journal_max_bytes: int
     restarting: bool

@@ -60,7 +60,7 @@ class Copies:
         """The copies' own time on the GPU (read once they are done), or the host's time without CUDA."""
         if not self.events:
             return self.host_seconds
-        return sum(start.elapsed_time(end) for start, (_, end) in zip(self.started, self.events)) / 1000
+        return sum(start.elapsed_time(end) for start, (_, end) in zip(self.started, self.events, strict=True)) / 1000
 
     def order_next_cell(self) -> None:
         """Make the current streams wait for the copies (GPU-side; the host does not wait)."""
@@ -95,7 +95,7 @@ class Copier:
         if cuda:
             for index, stream in self._streams.items():
                 stream.wait_stream(torch.cuda.current_stream(index))
-            for index, stream in self._streams.items():
+            for stream in self._streams.values():
                 start = torch.cuda.Event(enable_timing=True)
                 start.record(stream)
                 self.copies.started.append(start)

@@ -104,7 +104,7 @@ def _visit(value: Any, path: str, top: str, depth: int, torch: Any, found: list,
 def _plain_object(value: Any) -> bool:
     """An instance of a user's class (a trainer, a config holding a model), whose attributes may hold state."""
     module = getattr(type(value), "__module__", "") or ""
-    return hasattr(value, "__dict__") and not module.split(".")[0] in _SKIP_MODULES and not module.startswith("torch")
+    return hasattr(value, "__dict__") and module.split(".")[0] not in _SKIP_MODULES and not module.startswith("torch")
 
 
 def tensors_of(root: Root) -> Iterator[Any]:

@@ -8,7 +8,8 @@ when all of this holds:
 
 * it ran before the snapshot was taken, and the snapshot holds every object it changed, the same objects (not ones
   built again since);
-* it changed protected objects in place and built none (``CellEffect``: measured when it ran, not guessed);
+* it changed protected objects in place (``CellEffect``: measured when it ran, not guessed); what it built (a
+  batch moved to the GPU, a loss) is left unbuilt, which the next rule allows only when nothing reads it;
 * it has no effect beyond its names (no ``!`` line, no magic, no file opened, no ``del``), and every other name it
   binds is read by no later cell of the plan, nor by the failing cell (``loss = ...`` read afterwards keeps it);
 * no replayed cell between it and the snapshot reads those objects (it would see them untrained);
@@ -21,6 +22,7 @@ read is rebuilt too): if a rebuilt object does not match its snapshot, the cells
 
 from __future__ import annotations
 
+import ast
 import time
 from dataclasses import dataclass, field
 
@@ -32,70 +34,107 @@ from nb_cudaguard.snapshot.store import Snapshot, Snapshots, age_text, size_text
 @dataclass
 class SnapshotPlan:
     snapshot: Snapshot | None
-    skips: dict[int, list[str]] = field(default_factory=dict)  # seq of a skipped cell -> the paths it trained
-    built_at: dict[str, int] = field(default_factory=dict)  # restored path -> seq of the cell that built it
+    skips: dict[int, list[str]] = field(default_factory=dict)  # seq of a skipped cell of the plan -> what it trained
+    left_out: dict[int, list[str]] = field(default_factory=dict)  # the same, for training cells the plan leaves out
+    extra: list[str] = field(default_factory=list)  # paths trained only by left-out cells: restored at the end
+    labels: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
     def restored(self) -> list[str]:
-        return sorted({path for paths in self.skips.values() for path in paths})
+        return sorted({path for paths in self.skips.values() for path in paths} | set(self.extra))
 
     def row(self, seq: int) -> str | None:
-        """The plan row's wording for a skipped cell, else None."""
-        if seq not in self.skips or self.snapshot is None:
+        """The plan row's wording for a cell the snapshot replaces, else None."""
+        if (seq not in self.skips and seq not in self.left_out) or self.snapshot is None:
             return None
         snapshot = self.snapshot
         age = age_text(time.time() - snapshot.taken_at)
         return f"skip, restored from the snapshot of cell {snapshot.label} ({size_text(snapshot.nbytes)}, {age} old)"
 
     def to_text(self) -> str:
-        if not self.skips or self.snapshot is None:
+        if not self.restored or self.snapshot is None:
             return "\n".join(self.notes)
         lines = [f"nb_cudaguard snapshot: {', '.join(self.restored)} restored as after {self.snapshot.label}"]
-        lines += [f"  #{seq}: {self.row(seq)}" for seq in sorted(self.skips)]
+        cells = sorted({*self.skips, *self.left_out})
+        lines += [f"  {self.labels.get(seq, f'#{seq}'):>6}  {self.row(seq)}" for seq in cells]
         return "\n".join(lines + self.notes)
 
 
 def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> SnapshotPlan:
     snapshot = snapshots.latest()
-    result = SnapshotPlan(snapshot)
+    result = SnapshotPlan(snapshot, labels={record.seq: record.label for record in journal})
     if snapshot is None or plan.target is None:
         return result
     steps = [step.record for step in plan.steps]
     in_plan = {record.seq for record in steps}
     later_reads = _reads_after(steps, plan.target)
+    built = _builders(snapshots, snapshot)
     candidates: dict[int, list[str]] = {}
+    modules = module_names(steps)
     for record in steps:
-        why = _why_not(record, snapshot, snapshots, later_reads, module_names(steps))
+        why = _why_not(record, snapshot, snapshots, later_reads, modules)
         if why is None:
             candidates[record.seq] = sorted(snapshots.effects[record.seq].trained)
         elif record.seq in snapshots.effects and snapshots.effects[record.seq].trained:
             result.notes.append(f"{record.label} is replayed: {why}")
-    built = {path: _built_at(snapshots, path, ident) for path, ident in snapshot.identities.items()}
     while True:
         tops = {seq: {snapshots.effects[seq].tops[p] for p in paths} for seq, paths in candidates.items()}
         dropped = {
             seq
             for seq in candidates
-            if any(
-                r.seq not in candidates and seq < r.seq <= snapshot.seq and tops[seq] & r.names.used for r in steps
-            )
-            or any(built.get(path) is None or built[path] not in in_plan for path in candidates[seq])
+            if any(r.seq not in candidates and seq < r.seq <= snapshot.seq and tops[seq] & r.names.used for r in steps)
+            or any(built.get(path) not in in_plan or built[path] in candidates for path in candidates[seq])
         }
         first = min((seq for seq in candidates if seq not in dropped), default=None)
-        last_built = max((built[p] for s, paths in candidates.items() if s not in dropped for p in paths), default=0)
+        last_built = max((built.get(p, 0) for s, ps in candidates.items() if s not in dropped for p in ps), default=0)
         if first is not None and last_built > first:
             dropped |= {seq for seq in candidates if seq < last_built}
         if not dropped:
             break
         for seq in dropped:
-            record = journal.by_seq(seq)
-            label = record.label if record is not None else f"#{seq}"
+            label = result.labels.get(seq, f"#{seq}")
             result.notes.append(f"{label} is replayed: the objects it trained are read or built again around it")
             del candidates[seq]
     result.skips = candidates
-    result.built_at = {path: built[path] for paths in candidates.values() for path in paths if built[path]}
+    _left_out(result, plan, snapshots, snapshot, built, in_plan)
     return result
+
+
+def snapshot_rows(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> dict[int, str]:
+    """Per cell the snapshot replaces, its plan row's wording (the panel's rows, the restart's plan)."""
+    decided = snapshot_plan(plan, journal, snapshots)
+    return {seq: row for seq in {*decided.skips, *decided.left_out} if (row := decided.row(seq)) is not None}
+
+
+def _left_out(
+    result: SnapshotPlan, plan: ReplayPlan, snapshots: Snapshots, snapshot: Snapshot, built: dict, in_plan: set
+) -> None:
+    """Training cells the plan leaves out (their names are not needed: ``opt.step()`` in a loop changes ``model``
+    where no static analysis sees it). Replaying only what built the objects would give the failing cell untrained
+    ones; the snapshot gives it the trained state, restored once the replay is done."""
+    replayed = {p for seq in in_plan - set(result.skips) for p in getattr(snapshots.effects.get(seq), "trained", {})}
+    extra: set[str] = set()
+    for step in plan.excluded:
+        record, effect = step.record, snapshots.effects.get(step.record.seq)
+        if effect is None or not effect.trained or record.status != "ok" or record.seq > snapshot.seq:
+            continue
+        paths = [p for p, ident in effect.trained.items() if snapshot.identities.get(p) == ident]
+        paths = [p for p in paths if built.get(p) in in_plan and p not in replayed]
+        if paths:
+            result.left_out[record.seq] = sorted(paths)
+            extra |= set(paths)
+    result.extra = sorted(extra - {p for paths in result.skips.values() for p in paths})
+
+
+def _builders(snapshots: Snapshots, snapshot: Snapshot) -> dict[str, int]:
+    """For each path of the snapshot, the cell that built the object it holds (absent where none was seen)."""
+    built: dict[str, int] = {}
+    for path, ident in snapshot.identities.items():
+        seq = _built_at(snapshots, path, ident)
+        if seq is not None:
+            built[path] = seq
+    return built
 
 
 def _why_not(
@@ -106,8 +145,6 @@ def _why_not(
         return "it trained nothing the snapshot keeps"
     if record.seq > snapshot.seq:
         return f"it ran after the snapshot of {snapshot.label}"
-    if effect.constructed:
-        return "it also built " + ", ".join(sorted(effect.constructed))
     for path, ident in effect.trained.items():
         if snapshot.identities.get(path) != ident:
             return f"the snapshot does not hold the {path} it trained"
@@ -124,14 +161,37 @@ def _why_not(
 
 def _reads_after(steps: list[CellRecord], target: CellRecord) -> dict[int, set[str]]:
     """For each step, the names read by the steps after it and by the failing cell (and inside functions)."""
-    reads = set(target.names.used | target.names.mutated)
+    reads = _read_before_bound(target)
     for record in steps:
         reads |= record.names.deferred
     found: dict[int, set[str]] = {}
     for record in reversed(steps):
         found[record.seq] = set(reads)
-        reads |= record.names.used
+        reads |= _read_before_bound(record)
     return found
+
+
+def _read_before_bound(record: CellRecord) -> set[str]:
+    """The names a cell reads or changes before it binds them itself: ``loss = f(x); loss.backward()`` does not
+    need an earlier ``loss``. Statement by statement at top level; a cell that does not parse reads all it uses."""
+    names = record.names
+    everything = names.used | names.mutated
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = record.transformed or TransformerManager().transform_cell(record.source)
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError):
+        return everything
+    bound: set[str] = set()
+    reads: set[str] = set()
+    for statement in body:
+        loaded = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        reads |= loaded - bound
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            bound |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return reads & everything | (names.mutated - bound)
 
 
 def _built_at(snapshots: Snapshots, path: str, ident: int) -> int | None:

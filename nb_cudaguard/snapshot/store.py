@@ -20,6 +20,7 @@ becomes the snapshot: the restart uses the last confirmed one.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +30,12 @@ from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.snapshot.copy import Copier, Copies, NotSnapshotable, RootState, rng_states
 from nb_cudaguard.snapshot.find import Root, find_roots, fingerprint, tensors_of
 
-# Expected host bandwidth of the copy before one has been measured: pinned device-to-host copies reach 10-25 GB/s,
-# a host memcpy more; this is on the safe (slow) side of both.
+# The copy's expected cost before one has been measured: pinned device-to-host copies reach 10-25 GB/s, a host
+# memcpy more, so 2 GB/s is on the safe (slow) side; and a fixed cost per tensor (the call, the allocation), which
+# is what small states cost. Both are learnt from the copies made: the bandwidth from copies of 8 MB and more.
 _FIRST_GUESS_BYTES_PER_SECOND = 2e9
+_FIRST_GUESS_SECONDS_PER_TENSOR = 50e-6
+_LEARN_BANDWIDTH_FROM = 8 << 20
 _RESERVE_BYTES = 1 << 30
 _EFFECTS_KEPT = 2000
 
@@ -56,6 +60,7 @@ class Snapshot:
     identities: dict[str, int]  # path -> id of the object copied
     rng: dict[str, Any]
     copies: Copies
+    tensors: int = 0
     hook_seconds: float = 0.0
 
     @property
@@ -76,8 +81,24 @@ class Snapshots:
         self._last: dict[str, tuple[int, tuple]] = {}  # path -> (id, fingerprint) after the last cell
         self._dirty_seconds = 0.0  # time of the cells that changed the state since the last snapshot
         self._bandwidth = _FIRST_GUESS_BYTES_PER_SECOND
+        self._per_tensor = _FIRST_GUESS_SECONDS_PER_TENSOR
         self.hook_seconds = 0.0  # all the success path spent here, for the status line and the benchmark
         self.cells_seconds = 0.0
+        # optimizer steps per optimizer (by id), counted by torch's global step hook: a step changes parameters
+        # in place, which version counters tell too on a GPU, but not for ``_foreach_*`` ops run under a Python
+        # dispatch mode (the simulated GPU), where the CPU kernels' inner ops skip the version bump
+        self.steps: dict[int, int] = {}
+        self._step_hook: Any = None
+
+    def _count_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        key = id(optimizer)
+        self.steps[key] = self.steps.get(key, 0) + 1
+
+    def close(self) -> None:
+        """Stop counting optimizer steps (the extension is unloaded)."""
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
 
     # --- the hooks
     def before_cell(self) -> None:
@@ -96,14 +117,28 @@ class Snapshots:
             self.pending = None
             return
         if done:
-            seconds = pending.copies.copy_seconds()
-            if seconds > 0 and pending.nbytes:
-                self._bandwidth = pending.nbytes / seconds
+            self._learn(pending)
             self.confirmed, self.pending = pending, None
+
+    def _learn(self, snapshot: Snapshot) -> None:
+        seconds, count = snapshot.copies.copy_seconds(), snapshot.tensors
+        fixed = count * self._per_tensor
+        if snapshot.nbytes >= _LEARN_BANDWIDTH_FROM and seconds > fixed:
+            self._bandwidth = snapshot.nbytes / (seconds - fixed)
+        elif count:
+            self._per_tensor = max(seconds - snapshot.nbytes / self._bandwidth, 0.0) / count
+
+    def expected_seconds(self, nbytes: int, tensors: int) -> float:
+        """What copying that much is expected to cost, from the copies made so far."""
+        return tensors * self._per_tensor + nbytes / self._bandwidth
 
     def after_cell(self, record: CellRecord, namespace: dict, hidden: Any, max_bytes: int, max_fraction: float) -> None:
         begun = time.perf_counter()
         self.cells_seconds += record.duration
+        if self._step_hook is None and "torch" in sys.modules:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._step_hook = register_optimizer_step_post_hook(self._count_step)
         roots = find_roots(namespace, hidden)
         effect = self._effect(roots)
         if effect.constructed or effect.trained:
@@ -119,7 +154,7 @@ class Snapshots:
         effect = CellEffect()
         now: dict[str, tuple[int, tuple]] = {}
         for root in roots:
-            mark = (id(root.obj), fingerprint(root))
+            mark = (id(root.obj), (*fingerprint(root), self.steps.get(id(root.obj))))
             now[root.path] = mark
             before = self._last.get(root.path)
             if before is None or before[0] != mark[0]:
@@ -127,12 +162,18 @@ class Snapshots:
             elif before[1] != mark[1]:
                 effect.trained[root.path] = mark[0]
             effect.tops[root.path] = root.top
+        stepped = {id(p) for r in roots if r.path in effect.trained and r.kind == "optimizer" for p in tensors_of(r)}
+        for root in roots:  # a module whose parameters a stepped optimizer holds was trained by that step
+            fresh = root.path in effect.constructed
+            if root.kind == "module" and not fresh and any(id(p) in stepped for p in root.obj.parameters()):
+                effect.trained[root.path] = id(root.obj)
         self._last = now
         return effect
 
     def _maybe_take(self, record: CellRecord, roots: list[Root], max_bytes: int, fraction: float, rng: dict) -> None:
-        size = sum(int(t.numel() * t.element_size()) for t in _unique(t for root in roots for t in tensors_of(root)))
-        expected = size / self._bandwidth
+        tensors = _unique(t for root in roots for t in tensors_of(root))
+        size = sum(int(t.numel() * t.element_size()) for t in tensors)
+        expected = self.expected_seconds(size, len(tensors))
         if expected > fraction * self._dirty_seconds:
             self.deferred = (
                 f"the change of {record.label} is not covered yet: copying {size_text(size)} would take about "
@@ -163,7 +204,7 @@ class Snapshots:
                 except Exception as exc:  # a state_dict that fails: that object is rebuilt by replay
                     self.refused[root.path] = f"its state could not be read ({type(exc).__name__}: {exc})"
         identities = {root.path: id(root.obj) for root in roots if root.path not in self.refused}
-        snapshot = Snapshot(record.seq, record.label, time.time(), states, identities, rng, copies)
+        snapshot = Snapshot(record.seq, record.label, time.time(), states, identities, rng, copies, len(tensors))
         snapshot.hook_seconds = time.perf_counter() - started
         self.pending, self.deferred, self._dirty_seconds = snapshot, "", 0.0
         self.poll()
@@ -213,4 +254,3 @@ def age_text(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
