@@ -35,7 +35,7 @@ MODES = ("plain", "fast", "exact")
 
 def _models(device: str):
     import torch
-    from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch
+    from check_models import SmallCNN, TinyLM, cnn_batch, lm_batch
 
     torch.manual_seed(0)
     lm = TinyLM(vocab=1000, d_model=256, layers=2, heads=4, context=128).to(device)
@@ -58,7 +58,7 @@ def _checker(mode: str):
 def _timed_step(model, optimizer, data, checker=None, cell_end=None) -> float:
     """One step; ``cell_end`` (the fast mode's read of the boards) runs inside the timing, as at a cell's end."""
     import torch
-    from guard_models import train_step
+    from check_models import train_step
 
     synchronize = torch.cuda.synchronize if data[0].is_cuda else (lambda: None)
     synchronize()

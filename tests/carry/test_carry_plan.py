@@ -8,8 +8,8 @@ import threading
 
 import numpy as np
 import pytest
+from journal_helpers import journal_of
 from test_carry import read_back
-from test_replay_plan import journal_of
 
 from nb_cudaguard.carry import value as carry
 from nb_cudaguard.carry.plan import build_carry_plan

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from journal_helpers import journal_of
 
 from nb_cudaguard.record.cellnames import analyse
 from nb_cudaguard.record.journal import Journal
 from nb_cudaguard.replay.plan import ReplayPlan, build_plan, failing_cell
 
 CUDA_ERROR = "AcceleratorError: CUDA error: device-side assert triggered"
-
-
-def journal_of(*cells) -> Journal:
-    """``cells``: (source, seconds) for a successful cell, or (source, seconds, error text) for a failed one."""
-    journal = Journal()
-    for count, cell in enumerate(cells, 1):
-        record = journal.start(cell[0], count)
-        record.duration = cell[1]
-        record.status = "error" if len(cell) > 2 else "ok"
-        record.error = cell[2] if len(cell) > 2 else None
-    return journal
 
 
 def labels(plan: ReplayPlan) -> list[int]:

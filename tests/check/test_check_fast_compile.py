@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
+from check_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
@@ -63,7 +63,7 @@ def test_bad_input_fires_from_compiled_code() -> None:
     err = info.value
     assert sum(counters["graph_break"].values()) == 0
     assert (err.op, err.family, err.values, err.count) == ("F.embedding", "embedding_index_out_of_range", [100], 1)
-    assert err.user_line is not None and "(compiled)" in err.user_line and "guard_models.py" in err.user_line
+    assert err.user_line is not None and "(compiled)" in err.user_line and "check_models.py" in err.user_line
     assert err.positions == [(1 * 16 + 3,)] and err.flat_position  # compiled sizes may be symbolic: flat index
 
 

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from guard_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
+from check_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402

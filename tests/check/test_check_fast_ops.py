@@ -1,4 +1,4 @@
-"""The fast mode against the exact mode's own cases (tests/test_check_ops.py): the same real bad inputs must fire
+"""The fast mode against the exact mode's own cases (tests/check/test_check_ops.py): the same real bad inputs must fire
 the board with the same family and variable (and the same first offending value, position and count), and at the
 valid boundary nothing may fire and the result must be identical to the unchecked op's.
 

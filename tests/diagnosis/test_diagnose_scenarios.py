@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scenarios"))
 import runner  # noqa: E402
 
 SCENARIOS = runner.all_scenarios()
