@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
 from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch import subshells
+from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
 from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, interruptible, tail
@@ -376,7 +377,7 @@ class _Resume:
         error = result.error_before_exec or result.error_in_exec
         if error is None:
             return "the failing cell ran without a failure under %%cudacheck" + tail(output.text())
-        return "".join(traceback.format_exception_only(type(error), error)).strip()
+        return describe(error, self.shell.user_ns, self.guard.journal)
 
     # --- what the user sees while it runs
     def _progress(self, index: int, record: CellRecord) -> None:

@@ -352,3 +352,18 @@ def test_a_typo_and_a_mistyped_option_after_the_crash_do_not_lose_the_replay(ker
     restarted = run_ok(kernel, "%cudaguard restart --replay minimal --no-carry")
     assert "with no replay" not in restarted.stdout
     assert value(kernel, "labels.tolist()") == [0, 5]  # rebuilt for the CUDA failure, not for the typo
+
+
+def test_restart_replay_and_diagnose_says_the_narrowed_cause_and_the_users_variable(kernel):
+    run_ok(kernel, "%cudaguard simulate on")
+    run_ok(
+        kernel, "import torch\nimport torch.nn.functional as F\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'"
+    )
+    run_ok(kernel, "NUM_CLASSES = 4\nmodel = torch.nn.Linear(8, NUM_CLASSES - 1).to(device)  # one class short")
+    run_ok(kernel, "x = torch.randn(5, 8)\ny = torch.tensor([0, 1, 2, 3, 3])")
+    failed = kernel.run("loss = F.cross_entropy(model(x.to(device)), y.to(device))")
+    assert failed.status == "error" and "device-side assert" in failed.error["evalue"]
+    run_ok(kernel, "%cudaguard restart --diagnose --no-carry")
+    said = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.diagnosis")
+    assert "CudaCheckError" in said and "Likely cause:" in said, said
+    assert "num_classes_mismatch" in said and "in y" in said, said  # the check's values, the workspace's family
