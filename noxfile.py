@@ -24,9 +24,9 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    # mypy reads the types of what the package imports: its dependencies (`-e .`) and torch
+    # mypy reads the types of what the package imports: its dependencies (`-e .`), torch, and numpy (read lazily)
     session.install(TORCH)
-    session.install("-e", ".", MYPY)
+    session.install("-e", ".", "numpy", MYPY)
     session.run("mypy")  # configured in pyproject.toml
 
 
