@@ -28,7 +28,7 @@ from nb_cudaguard.carry.verified import map_verified, read_verified
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
 
-_OWNER = "owner.pid"
+OWNER = "owner.pid"
 
 
 def discard_all(binding: handoff.Binding) -> None:
@@ -45,16 +45,27 @@ def discard_all(binding: handoff.Binding) -> None:
 def remove_stale_carries() -> list[str]:
     """Remove carried values whose kernel ended before it could take them (killed during the restart), wherever a
     restart may have put them; values of a live kernel, or of a kernel restarting right now, stay."""
+    return remove_stale_owned("carry-", "values carried by a kernel that ended")
+
+
+def mark_owner(directory: Path) -> None:
+    """Who may still come back for what ``directory`` holds (``remove_stale_owned``)."""
+    (directory / OWNER).write_text(str(os.getpid()))
+
+
+def remove_stale_owned(prefix: str, what: str) -> list[str]:
+    """Remove the directories named ``prefix*`` under every carry root whose owning process has ended and that are
+    older than a handoff may be; one note per directory removed."""
     notes = []
     for root in carry_place.roots():
-        for directory in root.glob("carry-*"):
+        for directory in root.glob(f"{prefix}*"):
             try:
-                owner = int((directory / _OWNER).read_text())
+                owner = int((directory / OWNER).read_text())
                 if owner != os.getpid() and time.time() - directory.stat().st_mtime > handoff.MAX_AGE:
                     os.kill(owner, 0)
             except ProcessLookupError:
                 shutil.rmtree(directory, ignore_errors=True)
-                notes.append(f"nb_cudaguard: removed {directory}, values carried by a kernel that ended.")
+                notes.append(f"nb_cudaguard: removed {directory}, {what}.")
             except (OSError, ValueError):
                 continue
     return notes
@@ -87,7 +98,7 @@ def prepare(
     discard_all(binding)  # a restart that never came back leaves one behind
     directory = carry_place.choose_root(guard.carry_max_bytes) / f"carry-{binding.slug}"
     directory.mkdir(mode=0o700)
-    (directory / _OWNER).write_text(str(os.getpid()))  # who may still come back for them (remove_stale_carries)
+    mark_owner(directory)
     plan = plan_for(
         shell, guard, base, directory, force_carry=force_carry, no_carry=no_carry, replay_cells=replay_cells
     )

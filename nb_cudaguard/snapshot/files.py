@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nb_cudaguard.carry import place as carry_place
+from nb_cudaguard.carry.files import mark_owner, remove_stale_owned
 from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.record.journal import Journal
 from nb_cudaguard.replay import handoff
@@ -27,7 +27,6 @@ from nb_cudaguard.snapshot.store import Snapshots
 
 VERSION = 1
 _FILE = "state.pt"
-_OWNER = "owner.pid"
 
 
 class SnapshotManifestError(ValueError, NbCudaguardError):
@@ -97,19 +96,7 @@ def discard(binding: handoff.Binding) -> None:
 
 def remove_stale() -> list[str]:
     """Snapshots written by kernels that ended before they could read them back."""
-    notes = []
-    for root in carry_place.roots():
-        for directory in root.glob("snapshot-*"):
-            try:
-                owner = int((directory / _OWNER).read_text())
-                if owner != os.getpid() and time.time() - directory.stat().st_mtime > handoff.MAX_AGE:
-                    os.kill(owner, 0)
-            except ProcessLookupError:
-                shutil.rmtree(directory, ignore_errors=True)
-                notes.append(f"nb_cudaguard: removed {directory}, a snapshot of a kernel that ended.")
-            except (OSError, ValueError):
-                continue
-    return notes
+    return remove_stale_owned("snapshot-", "a snapshot of a kernel that ended")
 
 
 def prepare(
@@ -133,7 +120,7 @@ def prepare(
     }
     directory = directory_for(binding, carry_place.choose_root(2 * snapshot.nbytes))
     directory.mkdir(mode=0o700)
-    (directory / _OWNER).write_text(str(os.getpid()))
+    mark_owner(directory)
     descriptor = os.open(directory / _FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "wb") as stream:
         torch.save(content, stream)
