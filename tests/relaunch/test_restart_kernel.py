@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from kernel_helpers import ENV, run_ok, value
+from kernel_helpers import ENV, run_ok, state, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 
@@ -69,8 +69,8 @@ def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel
     first_id = kc.execute("log.append('first'); print(base + 2)")
     second_id = kc.execute("log.append('second')")
     assert _statuses(kc, 3) == {restart_id: "ok", first_id: "ok", second_id: "ok"}
-    assert value(kernel, "log") == ["first", "second"]
-    assert value(kernel, "os.getpid() == PID") is True
+    assert state(kernel, "log") == ["first", "second"]
+    assert state(kernel, "os.getpid() == PID") is True
 
 
 def test_restart_without_replay_starts_empty_in_the_same_process(kernel):
@@ -98,7 +98,7 @@ def test_two_restarts_in_a_row_keep_the_whole_history(kernel):
     run_ok(kernel, "%cudaguard restart --replay all")
     run_ok(kernel, "b = a + 1")
     run_ok(kernel, "%cudaguard restart --replay all")
-    assert value(kernel, "(a, b, os.getpid() == PID)") == (1, 2, True)
+    assert state(kernel, "(a, b, os.getpid() == PID)") == (1, 2, True)
     report = run_ok(kernel, "%cudaguard replay --report").stdout
     assert "b = a + 1" in report and "a = 1" in report
     sources = value(kernel, "[c.source for c in __import__('nb_cudaguard').get_guard().journal]")
