@@ -67,6 +67,13 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
             if self.count and self.count > len(self.values):
                 more = f" (first {len(self.values)} of {self.count})"
             lines.append(f"  offending values: {shown}{more}")
+        lines += self._range_line_and_fix()
+        lines.append("  nb_cudaguard stopped the op before it ran: the CUDA context is healthy, the next cell runs.")
+        return "\n".join(lines)
+
+    def _range_line_and_fix(self) -> list[str]:
+        """The valid range and where it comes from, the user's line and the fix: worded once for both modes."""
+        lines = []
         if self.valid_range:
             source = f" (from {self.range_source})" if self.range_source else ""
             lines.append(f"  valid: {self.valid_range}{source}")
@@ -74,8 +81,7 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
             lines.append(f"  at: {self.user_line}")
         if self.fix:
             lines.append(f"  fix: {self.fix}")
-        lines.append("  nb_cudaguard stopped the op before it ran: the CUDA context is healthy, the next cell runs.")
-        return "\n".join(lines)
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -19,6 +19,7 @@ from nb_cudaguard.check.fast_rules import (
     sums_to,
     unit_interval,
 )
+from nb_cudaguard.check.ops_misc import grouped_limit
 
 _FIX_BERNOULLI = "Bernoulli probabilities must lie in [0, 1]: use torch.sigmoid on logits and check for NaN."
 _FIX_COUNTS = "Counts, lengths and repeats must be non-negative integers."
@@ -132,12 +133,7 @@ def grouped_mm(label: str, args: tuple, kwargs: dict) -> Args:
     mat_a, mat_b, offs = args[0], arg(args, kwargs, 1, "mat2"), arg(args, kwargs, 2, "offs")
     if not integral(offs) or offs.dim() != 1 or not plain(mat_a) or not plain(mat_b):
         return args, kwargs
-    if mat_a.dim() == 2 and mat_b.dim() == 2:
-        limit, source = mat_a.size(1), "self.shape[1] (K)"
-    elif mat_a.dim() == 2:
-        limit, source = mat_a.size(0), "self.shape[0] (rows of the grouped input)"
-    else:
-        limit, source = mat_b.size(-1), "mat2.shape[-1] (columns of the grouped input)"
+    limit, source = grouped_limit(mat_a, mat_b)
     fix = "offs are the cumulative end of each group: non-decreasing and at most the grouped dimension's size."
     site = site_of(label, "offs", "other", offs, f"non-decreasing, within [0, {limit}]", source, fix)
     return with_arg(args, kwargs, 2, "offs", monotone_offsets(site, offs, limit))

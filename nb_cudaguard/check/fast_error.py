@@ -71,13 +71,7 @@ class FastCheckError(CudaCheckError):
         if self.values:
             where = _position_text(self.positions[0]) + (" (flat index)" if self.flat_position else "")
             lines.append(f"  first offending value: {self.values[0]!r} at {where}")
-        if self.valid_range:
-            source = f" (from {self.range_source})" if self.range_source else ""
-            lines.append(f"  valid: {self.valid_range}{source}")
-        if self.user_line:
-            lines.append(f"  at: {self.user_line}")
-        if self.fix:
-            lines.append(f"  fix: {self.fix}")
+        lines += self._range_line_and_fix()
         lines.append(
             "  nb_cudaguard (fast checks) ran this op on clamped values so that its kernel could not assert: "
             "the CUDA context is healthy, but this cell's results are wrong from this op on."

@@ -80,12 +80,7 @@ def check_grouped_mm(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:
     mat_a, mat_b, offs = a["self"], a["mat2"], a.get("offs")
     if offs is None or not usable(offs) or offs.dim() != 1:
         return []
-    if mat_a.dim() == 2 and mat_b.dim() == 2:
-        limit, source = mat_a.size(1), "self.shape[1] (K)"
-    elif mat_a.dim() == 2:
-        limit, source = mat_a.size(0), "self.shape[0] (rows of the grouped input)"
-    else:
-        limit, source = mat_b.size(-1), "mat2.shape[-1] (columns of the grouped input)"
+    limit, source = grouped_limit(mat_a, mat_b)
     first = offs[:1]
     steps = offs[1:] - offs[:-1] if offs.numel() > 1 else first - first
     stats = as_stats(first.min(), steps.min(), offs.max())
@@ -107,3 +102,12 @@ def check_grouped_mm(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:
             fix="offs are the cumulative end of each group: non-decreasing and at most the grouped dimension's size.",
         )
     ]
+
+
+def grouped_limit(mat_a: Any, mat_b: Any) -> tuple[int, str]:
+    """The size ``offs`` of a grouped matmul may reach, and where it comes from (GroupMMCommon.cuh)."""
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        return mat_a.size(1), "self.shape[1] (K)"
+    if mat_a.dim() == 2:
+        return mat_a.size(0), "self.shape[0] (rows of the grouped input)"
+    return mat_b.size(-1), "mat2.shape[-1] (columns of the grouped input)"
