@@ -22,7 +22,17 @@ from collections.abc import Callable, Iterable
 
 from nb_cudaguard.diagnosis import checked
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
-from nb_cudaguard.diagnosis.evidence import classes, codehints, embeddings, indexing, lognumbers, losses, prior, textual
+from nb_cudaguard.diagnosis.evidence import (
+    classes,
+    codehints,
+    embeddings,
+    indexing,
+    lognumbers,
+    logwords,
+    losses,
+    prior,
+    textual,
+)
 from nb_cudaguard.diagnosis.evidence.context import Context
 from nb_cudaguard.diagnosis.evidence.static import LineFacts, line_facts, read_sources
 from nb_cudaguard.diagnosis.evidence.workspace import build_workspace
@@ -49,9 +59,10 @@ _ALSO_SUPPORTED_BY = {
     "dtype": ("class_index", "embedding", "index"),
 }
 _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
-# Groups whose assertion says which family failed (Loss.cu asserts the BCE input and the target separately): the
+# Groups whose assertion says which family failed (Loss.cu asserts the BCE input and the target separately; an
+# index assertion names its kernel's op: IndexKernel.cu is x[idx], ScatterGatherKernel.cu gather/scatter): the
 # prior ranks the others' families within the group, never the asserted one below its sibling.
-_ASSERTION_NAMES_FAMILY = frozenset({"bce"})
+_ASSERTION_NAMES_FAMILY = frozenset({"bce", "index"})
 _VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
 _NARROWING = ("traceback", "log", "source")  # inferred evidence that names a family within the printed group
 PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
@@ -122,6 +133,8 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     sources = _sources(incident, code, journal)
     static = read_sources(sources)
     hints = textual.hints_for(incident) + lognumbers.hints_for(incident) + codehints.hints_for(sources, static)
+    named = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
+    hints += logwords.hints_for(incident, frozenset(named - {"other"}))
     plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
     if plain_python_error and code is None and not asserted and not hints:
         if incident.health.source == "log":
@@ -183,13 +196,18 @@ def _rank(
             )
             own[hint.family] = hint.weight
     for family, cause in asserted.items():
+        # a text that names a family finer than its group's strongest hit (one_hot's own message next to the
+        # scatter assertion it runs on) is evidence for that family, not only for the group
+        support = group_support.get(group_of(family))
+        finer = cause.confidence if support is not None and support.family != family else 0.0
         if family in merged:
             merged[family].evidence = cause.evidence + merged[family].evidence
+            own[family] = _combine(own[family], finer)
             if merged[family].fix == _fix_for(family, {}):
                 merged[family].fix = cause.fix
         else:
             merged[family] = cause
-            own[family] = 0.0
+            own[family] = finer
     if ranking is not None:
         _add_prior_candidates(merged, own, group_support, group_hints, ranking, asserted)
     for family, cause in merged.items():

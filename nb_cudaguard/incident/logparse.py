@@ -15,6 +15,8 @@ from nb_cudaguard.incident.usercode import is_user_file_in_log
 from nb_cudaguard.record.assertions import AssertionRecord, parse_assertions
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Colab prints each frame's file as a link: ``[/usr/lib/python3/torch/nn/functional.py](https://localhost:8080/#) in``
+_LINKED_FILE = re.compile(r"\[([^\]\n]{1,300})\]\(https?://[^)\s]{0,300}\)")
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(?P<msg>.*)$")
 _PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 _IPY8_CELL = re.compile(r"^\s*Cell In\s?\[(?P<cell>\d*)\], line (?P<line>\d+)")
@@ -30,7 +32,7 @@ _HEADER = re.compile(r"^\s*[A-Za-z_][\w.]*\s{3,}Traceback \(most recent call las
 
 
 def _strip(text: str) -> str:
-    return _ANSI.sub("", text).replace("\r\n", "\n")
+    return _LINKED_FILE.sub(r"\1", _ANSI.sub("", text)).replace("\r\n", "\n")
 
 
 def _condense(lines: list[str]) -> tuple[list[str], list[AssertionRecord]]:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
+from typing import cast
 
 from nb_cudaguard.diagnosis.evidence.static import StaticFacts, parse_source
 from nb_cudaguard.diagnosis.evidence.textual import Hint
@@ -54,7 +55,7 @@ def hints_for(sources: Iterable[str], facts: StaticFacts) -> list[Hint]:
     if not texts:
         return []
     text = "\n".join(texts)
-    hints = _shifted(text) + _checkpoint(facts) + _ops(facts)
+    hints = shifted(text) + _checkpoint(facts) + _ops(facts) + _class_heads(facts)
     if _PAD_LITERAL.search(text) and not facts.resized:
         line = _line_of(_PAD_LITERAL, text)
         hints.append(
@@ -74,7 +75,8 @@ def _line_of(pattern: re.Pattern[str], text: str) -> str:
     return text[start : end if end >= 0 else len(text)].strip()[:100]
 
 
-def _shifted(text: str) -> list[Hint]:
+def shifted(text: str) -> list[Hint]:
+    """Labels shifted by one, a class count one short: in ``--code`` or in the traceback's own lines."""
     hints = []
     for pattern in (_SHIFTED_UP, _SHIFTED_UP_USE):
         if pattern.search(text):
@@ -115,6 +117,35 @@ def _checkpoint(facts: StaticFacts) -> list[Hint]:
         if value.isdigit() and int(value) > positions:
             said = f"`{fact.line}` asks for {value} tokens; {name} has {positions} positions"
             hints.append(Hint("position_ids_too_long", 0.55, said))
+    return hints
+
+
+_HEAD_KEYWORDS = frozenset({"num_labels", "config", "id2label", "label2id", "num_classes"})
+
+
+def _class_heads(facts: StaticFacts) -> list[Hint]:
+    """A classifier whose size nobody set: ``...ForSequenceClassification.from_pretrained(name)`` without
+    ``num_labels`` (the head has the checkpoint's count, 2 for a base checkpoint); a last ``nn.Linear`` with fewer
+    outputs than the class count the code declares."""
+    hints = []
+    for call in facts.called("from_pretrained"):
+        node = call.value
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        model = ast.unparse(node.func.value)
+        if "Classification" in model and not _HEAD_KEYWORDS & {kw.arg for kw in node.keywords}:
+            said = f"`{call.line}` builds a classifier without num_labels: its head keeps the checkpoint's count"
+            hints.append(Hint("num_classes_mismatch", 0.45, said))
+            break
+    counts = [fact for name, fact in facts.assigned_ints.items() if _COUNT_NAME.match(name)]
+    declared = max(counts, key=lambda fact: int(str(fact.value)), default=None)
+    if not facts.linears or declared is None:
+        return hints
+    head = facts.linears[-1]
+    outputs = cast(tuple[object, object], head.value)[1]
+    if isinstance(outputs, int) and outputs < int(str(declared.value)):
+        said = f"`{head.line}` has {outputs} outputs; `{declared.line}` declares {declared.value} classes"
+        hints.append(Hint("num_classes_mismatch", 0.5, said))
     return hints
 
 

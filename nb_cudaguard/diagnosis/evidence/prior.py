@@ -28,7 +28,7 @@ LIFT_BOUNDS = (0.25, 4.0)  # how far one kind-of-model word may move a family's 
 # vocabulary of each field only: never a project's, a thread's or a user's own name.
 DOMAINS = {
     "text": r"transformers/|modeling_\w+|tokeniz|input_ids|attention_mask|vocab|lm_head|embed_tokens|word_embeddings"
-    r"|\bbert\b|\bgpt|llama|roberta|seq2seq|\bpeft\b|\blora\b",
+    r"|bert|\bgpt|llama|roberta|seq2seq|\bpeft\b|\blora\b|xlnet|electra|\bt5|\bbart|AutoModel|huggingface",
     "generation": r"\bgenerate\(|generation|sample\(|sampling|multinomial|top_p|top_k|temperature|do_sample",
     "detection": r"roi_heads?|box_head|\brpn\b|anchors?\b|bbox|detector|detection|matcher|multibox|\bnms\b",
     "segmentation": r"segment|\bseg_|\bmasks?\b|\bunet|dice|deeplab|pixel|semantic",
