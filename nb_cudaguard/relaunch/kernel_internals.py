@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nb_cudaguard.record.capture import pending_bytes
 
@@ -30,10 +31,10 @@ CLOSE_TIMEOUT = 3.0
 _DRAIN_SECONDS = 1.0
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
 # dropped by the ROUTER socket, its output by the PUB socket: after the replay, requests are answered once a client
-# is back on iopub (its welcome message, or its TCP connection), or at the latest this long after the sockets were
-# bound. On a loaded machine a client's iopub took more than a second to come back (a soak of the restart tests lost
-# one cell's output in five runs with 1 s); the bound is paid in full only by a kernel that no client reconnects to.
-_CLIENT_WAIT = 3.0
+# has subscribed to iopub again (see clients_are_back), or at the latest this long after the sockets were bound.
+# The bound is paid in full only by a kernel whose clients do not read iopub (one that waits for its replies first
+# subscribes only when it next reads iopub), or that no client reconnects to.
+CLIENT_WAIT = 3.0
 # How long a client's TCP connection to iopub must have stood before it counts as subscribed (see clients_are_back).
 _SUBSCRIBE_GRACE = 0.3
 _PEER_SINCE: dict[int, float] = {}
@@ -249,10 +250,14 @@ def let_clients_go(socket, timeout: float = CLOSE_TIMEOUT) -> int:
     return len(fds)
 
 
-async def wait_for_clients(kernel) -> None:
-    """Until a client is back on iopub, or ``_CLIENT_WAIT`` after the sockets were bound."""
-    bound_at = time.monotonic() - seconds_since_bind(kernel)
-    while not clients_are_back(kernel) and time.monotonic() - bound_at < _CLIENT_WAIT:
+async def wait_for_clients(kernel, seconds: float | None = None) -> None:
+    """Until a client is back on iopub, or at the latest ``seconds`` from now (by default ``CLIENT_WAIT`` after
+    the sockets were bound)."""
+    if seconds is None:
+        deadline = time.monotonic() - seconds_since_bind(kernel) + CLIENT_WAIT
+    else:
+        deadline = time.monotonic() + seconds
+    while not clients_are_back(kernel) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
 
@@ -260,12 +265,19 @@ async def wait_for_clients(kernel) -> None:
 def clients_are_back(kernel) -> bool:
     """Has a client subscribed to iopub again (so that what is published now reaches it)?
 
-    ipykernel 7 says so with its welcome message, when ``clients_back`` watched for it from before the client came.
-    Otherwise (ipykernel 6 has a PUB socket and no welcome; on 7 the first welcome may have gone out before the
-    extension loaded) the one sign is the client's TCP connection to the iopub port, and its subscription follows
-    that connection's handshake: a peer counts once it has stayed connected for ``_SUBSCRIBE_GRACE``, never at
-    once (a request answered the moment the socket reconnected lost its output to a client not yet subscribed).
+    A client's subscription is not its TCP connection: libzmq attaches a reconnected pipe to the client's SUB
+    socket, and sends the subscription down it, only when the client's own thread next uses that socket. A
+    client that waits for shell replies before it reads iopub is connected and not subscribed for as long as it
+    waits, and everything published meanwhile is dropped.
+
+    ipykernel 7 says when a subscription arrives with its welcome message. Watched from the process's start
+    (``watch_welcomes_from_start``, run by the config file the restart passes to the new process), a welcome is
+    the one proof. Watched only from the extension's load (a kernel started another way), the first welcome may
+    have gone out before the watch; and ipykernel 6 has a PUB socket and no welcome: there the one sign is a
+    client's TCP connection to the iopub port that has stood for ``_SUBSCRIBE_GRACE``, never at once.
     """
+    if _WELCOMES.watched_from_start:
+        return _WELCOMES.seen.is_set()
     watch = _welcome_watch(kernel)
     if watch is not None and watch.clients_back.is_set():
         return True
@@ -291,8 +303,42 @@ def _iopub_peer(kernel) -> bool:
 def clients_back(kernel) -> threading.Event:
     """Set when a client subscribes to iopub again (ipykernel 7 then sends its welcome message): replies and output
     sent before that would be dropped. One wrapper per process, shared by every waiter."""
+    if _WELCOMES.watched_from_start:
+        return _WELCOMES.seen
     watch = _welcome_watch(kernel, install=True)
     return watch.clients_back if watch is not None else threading.Event()
+
+
+class _FromStart:
+    """Welcomes that ipykernel's iopub thread sent since this process started: the process-wide record that
+    ``watch_welcomes_from_start`` fills."""
+
+    def __init__(self) -> None:
+        self.watched_from_start = False
+        self.seen = threading.Event()
+
+
+_WELCOMES = _FromStart()
+
+
+def watch_welcomes_from_start() -> None:
+    """Wrap ipykernel 7's welcome sender on its class, before the kernel binds its sockets, so that no welcome of
+    this process goes unseen. Run by ``relaunch/kernel_config.py``, which the in-place restart passes to the new
+    process as an IPython config file: config files are read before ipykernel starts its iopub thread. Does
+    nothing outside a kernel (a terminal IPython never imported ipykernel) or where ipykernel has no welcome (6)."""
+    iostream = sys.modules.get("ipykernel.iostream")
+    thread_class: Any = getattr(iostream, "IOPubThread", None)
+    send = getattr(thread_class, "_send_welcome_message", None)
+    if send is None or _WELCOMES.watched_from_start:
+        return
+    seen = _WELCOMES.seen
+
+    def send_and_note(self, subscription: str) -> object:
+        seen.set()
+        return send(self, subscription)
+
+    thread_class._send_welcome_message = send_and_note
+    _WELCOMES.watched_from_start = True
 
 
 def _welcome_watch(kernel, install: bool = False) -> _WelcomeWatch | None:

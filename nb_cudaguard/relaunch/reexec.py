@@ -18,6 +18,9 @@ import sys
 import time
 
 EXT_ARG = "--ext=nb_cudaguard"
+CONFIG_ARG = "--config=" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_config.py")
+# Where a kernel was started with a config file of its own, ours is not added: IPython takes one ``--config``.
+_CONFIG_OPTIONS = ("--config", "--BaseIPythonApplication.extra_config_file", "--IPKernelApp.extra_config_file")
 _GRACE_SECONDS = 2.0
 
 
@@ -83,9 +86,12 @@ def mark_fds_cloexec() -> int:
 
 
 def exec_argv() -> list[str]:
-    """The command line this interpreter was started with, plus the option that loads nb_cudaguard."""
+    """The command line this interpreter was started with, plus the option that loads nb_cudaguard and the config
+    file that watches iopub subscriptions from the new process's start (``relaunch/kernel_config.py``)."""
     original = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
-    return [sys.executable, *(arg for arg in original[1:] if arg != EXT_ARG), EXT_ARG]
+    kept = [arg for arg in original[1:] if arg not in (EXT_ARG, CONFIG_ARG)]
+    own_config = any(arg.split("=", 1)[0] in _CONFIG_OPTIONS for arg in kept)
+    return [sys.executable, *kept, EXT_ARG, *(() if own_config else (CONFIG_ARG,))]
 
 
 def exec_self(argv: list[str]) -> None:

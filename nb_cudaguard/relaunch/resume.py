@@ -236,6 +236,9 @@ class _Resume:
             await internals.wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
+            # a client that waited for those replies before reading iopub subscribes only now: its next request
+            # waits for that (bounded), rather than publishing its output into the void
+            await internals.wait_for_clients(self.kernel, seconds=internals.CLIENT_WAIT)
             # the frontends last heard "starting" (the new process's first status): without this they show the
             # kernel starting until the user's next cell
             internals.publish_status(self.kernel, "idle")

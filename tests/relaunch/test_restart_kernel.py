@@ -13,6 +13,13 @@ from kernel_helpers import ENV, run_ok, state, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 
+# ipykernel 7 says when a client subscribes to iopub (its welcome message); ipykernel 6's iopub is a PUB socket that
+# says nothing, so there a client that does not read iopub during the restart can lose output (docs/restart.md).
+needs_welcome = pytest.mark.skipif(
+    int(__import__("ipykernel").__version__.split(".")[0]) < 7,
+    reason="ipykernel 6 gives no sign of a client's iopub subscription",
+)
+
 pytestmark = [pytest.mark.kernel]
 
 
@@ -71,6 +78,50 @@ def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel
     assert _statuses(kc, 3) == {restart_id: "ok", first_id: "ok", second_id: "ok"}
     assert state(kernel, "log") == ["first", "second"]
     assert state(kernel, "os.getpid() == PID") is True
+
+
+@needs_welcome
+def test_a_client_that_reads_nothing_during_the_restart_gets_every_requests_output(kernel):
+    """A client's socket subscribes again only when the client next reads iopub (libzmq attaches the reconnected
+    pipe then): until that subscription the kept requests wait, so their output is not published into the void."""
+    run_ok(kernel, "base = 40")
+    kc = kernel.kc
+    ids = [kc.execute("%cudaguard restart --replay all")]
+    ids += [kc.execute(f"print('kept', base + {n})") for n in (1, 2)]
+    time.sleep(0.5)  # reads nothing while the process execs and replays
+    streams = _streams_until_idle(kc, ids)
+    assert "kept 41" in streams[ids[1]] and "kept 42" in streams[ids[2]], streams
+    assert _statuses(kc, 3) == dict.fromkeys(ids, "ok")
+
+
+@needs_welcome
+def test_a_client_that_waits_for_replies_before_reading_iopub_gets_the_next_requests_output(kernel):
+    """Replies first, iopub later (as a client that collects statuses does): the first request sent after the
+    replies waits for the client's subscription, so its output arrives however late the client reads it."""
+    run_ok(kernel, "log = []")
+    kc = kernel.kc
+    ids = [kc.execute("%cudaguard restart --replay all"), kc.execute("log.append('kept')")]
+    assert _statuses(kc, 2) == dict.fromkeys(ids, "ok")
+    after = kc.execute("print(log)")
+    time.sleep(0.5)  # not reading iopub yet: not subscribed yet
+    assert "['kept']" in _streams_until_idle(kc, [after])[after]
+
+
+def _streams_until_idle(kc, ids: list[str], timeout: float = 120) -> dict[str, str]:
+    """The stream text of each request in ``ids``, read from iopub until each has said idle."""
+    streams = dict.fromkeys(ids, "")
+    idle: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while idle != set(ids) and time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        parent = msg["parent_header"].get("msg_id")
+        if parent not in streams:
+            continue
+        if msg["msg_type"] == "stream":
+            streams[parent] += msg["content"]["text"]
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            idle.add(parent)
+    return streams
 
 
 def test_restart_without_replay_starts_empty_in_the_same_process(kernel):
