@@ -95,6 +95,18 @@ def test_capture_fd_output_off(kernel_fd_capture_off):
     assert data["assertions"][0]["count"] == 4
 
 
+def test_status_says_when_a_cell_redirected_fd_1_and_when_it_was_put_back(kernel, tmp_path):
+    """ipykernel's route: fd 1 is the write end of the pipe ipykernel reads; a cell that points it at a file takes
+    C-level output (CUDA's assertion lines) away from the capture, and status says so until it is put back."""
+    assert "redirected" not in kernel.run("%cudaguard status").stdout
+    target = tmp_path / "out.txt"
+    redirect = f"import os\nsaved = os.dup(1)\nf = open({str(target)!r}, 'w')\nos.dup2(f.fileno(), 1)"
+    assert kernel.run(redirect).status == "ok"
+    assert "redirected fd 1" in kernel.run("%cudaguard status").stdout
+    assert kernel.run("os.dup2(saved, 1)").status == "ok"
+    assert "redirected" not in kernel.run("%cudaguard status").stdout
+
+
 def test_non_utf8_and_large_output_do_not_break_the_kernel(kernel):
     result = kernel.run("import os\nos.write(2, b'\\xff\\xfe\\xc3(\\n')\nos.write(1, b'z' * 3_000_000 + b'\\n')\n1/0")
     assert result.status == "error"

@@ -184,6 +184,7 @@ class _StreamTap:
         self.stream.write = _TeeWrite(current, self.sink)
 
     def end(self, failed: bool) -> None:
+        self.disabled_reason = self._redirected()
         if not failed:
             return
         _fflush_c()
@@ -194,6 +195,18 @@ class _StreamTap:
         while pending_bytes(fid) and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(0.01)  # let the watcher finish the chunk it already read
+
+    def _redirected(self) -> str | None:
+        """Why C-level output to the fd no longer reaches the tap: a cell pointed the fd away from the pipe that
+        ipykernel reads (both ends of a pipe share one inode). Asked at every cell's end, so a cell that puts the
+        fd back is captured again."""
+        fid = getattr(self.stream, "_fid", None)
+        try:
+            if fid is None or os.fstat(self.fd).st_ino == os.fstat(fid).st_ino:
+                return None
+        except OSError:
+            pass  # the fd was closed
+        return f"a cell closed or redirected fd {self.fd}; C-level output to it is not captured until it is put back"
 
     def close(self) -> None:
         current = self.stream.__dict__.get("write")
