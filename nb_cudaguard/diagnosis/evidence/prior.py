@@ -22,20 +22,29 @@ from nb_cudaguard.families import group_of
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
 
-SMOOTHING = 3.0  # pseudo-logs of the overall distribution added to each symptom's counts
+# Pseudo-logs that pull a thin count toward the wider one it belongs to: a symptom's families toward its kind's
+# (one dev log of a symptom must not decide every later log of it), a kind's toward all causes, and a family's
+# rate in a kind of model toward no lift at all (a family seen in three logs says little about any one domain).
+SMOOTHING = 5.0  # a symptom's own counts weigh half at five logs
+KIND_SMOOTHING = 5.0
+LIFT_PSEUDO_LOGS = 8.0
 LIFT_BOUNDS = (0.25, 4.0)  # how far one kind-of-model word may move a family's prior
-# Kinds of model, read from the frames (library paths, functions, code lines) and the log's words. General
-# vocabulary of each field only: never a project's, a thread's or a user's own name.
+# Kinds of model, read from the frames (library paths, functions, code lines) and the log's words, libraries named
+# in paths included. General vocabulary of each field and its common libraries only: never a project's, a thread's
+# or a user's own name.
 DOMAINS = {
     "text": r"transformers/|modeling_\w+|tokeniz|input_ids|attention_mask|vocab|lm_head|embed_tokens|word_embeddings"
-    r"|bert|\bgpt|llama|roberta|seq2seq|\bpeft\b|\blora\b|xlnet|electra|\bt5|\bbart|AutoModel|huggingface",
+    r"|bert|\bgpt|llama|roberta|seq2seq|\bpeft\b|\blora\b|xlnet|electra|\bt5|\bbart|AutoModel|huggingface"
+    r"|CausalLM|\bllm|mistral|qwen|gemma|falcon|bloom|\bopt-\d|\btrl\b|\bsft\b|pad_token|eos_token|fairseq|\bnlp\b",
     "generation": r"\bgenerate\(|generation|sample\(|sampling|multinomial|top_p|top_k|temperature|do_sample",
-    "detection": r"roi_heads?|box_head|\brpn\b|anchors?\b|bbox|detector|detection|matcher|multibox|\bnms\b",
-    "segmentation": r"segment|\bseg_|\bmasks?\b|\bunet|dice|deeplab|pixel|semantic",
-    "speech": r"\bctc|speech|audio|\bwav\b|\bmel\b|tacotron|\btts\b|speaker|vocoder",
-    "graph": r"edge_index|\bgcn|graph|message_?passing|propagate\(",
+    "detection": r"roi_heads?|box_head|\brpn\b|anchors?\b|bbox|detector|detection|matcher|multibox|\bnms\b|detectron"
+    r"|mmdet|yolo|ultralytics",
+    "segmentation": r"segment|\bseg_|\bmasks?\b|\bunet|dice|deeplab|pixel|semantic|mmseg",
+    "speech": r"\bctc|speech|audio|\bwav\b|\bmel\b|tacotron|\btts\b|speaker|vocoder|espnet|whisper|wav2vec|torchaudio",
+    "graph": r"edge_index|\bgcn|graph|message_?passing|propagate\(|torch_geometric|\bdgl\b",
     "classification": r"classif|num_labels|num_classes|n_classes|cross_entropy|nll_loss|CrossEntropy|NLLLoss",
     "adversarial": r"discriminator|\bgan\b|BCELoss|binary_cross_entropy",
+    "vision": r"torchvision|\bresnet|\bvgg|\bvit\b|\bimages?\b|\bimg|\bcv2\b|\bPIL\b|conv2d|timm/",
 }
 _DOMAIN_PATTERNS = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in DOMAINS.items()}
 
@@ -83,6 +92,17 @@ def symptom_of(incident: Incident) -> str:
     return "cuda" if incident.is_cuda else "host"
 
 
+def kind_of_symptom(symptom: str) -> str:
+    """The wider symptom a thin one backs off to: the group an assertion or a host-side text names (either says
+    the same op failed), a secondary symptom of any earlier failure, or a CUDA error that names nothing."""
+    source, _, rest = symptom.partition(":")
+    if source in ("assertion", "text") and rest != "unknown":
+        return f"group:{rest}"
+    if source == "after":
+        return "after"
+    return "unnamed" if symptom in ("device_assert", "assertion:unknown", "cuda") else symptom
+
+
 def domains_of(incident: Incident) -> tuple[str, ...]:
     """The kinds of model the frames and the log's words point at, in ``DOMAINS`` order."""
     frames = "\n".join(f"{f.filename} {f.function} {f.line}" for f in incident.frames)
@@ -112,14 +132,23 @@ def prior_for(incident: Incident) -> Prior:
 
 
 def prior_from(symptom: str, domains: tuple[str, ...], counts: dict) -> Prior:
-    """Smoothed shares of the symptom's counts, each family moved by the lift of the domains seen with it."""
+    """Shares of the symptom's counts backed off to its kind's and to all causes, each family moved by the lift of
+    the domains seen with it."""
     overall: dict[str, int] = counts["families"]
     total = sum(overall.values()) or 1
+    kind = kind_of_symptom(symptom)
+    wider: dict[str, int] = {}
+    for other, per in counts["symptoms"].items():
+        if kind_of_symptom(other) == kind:
+            for family, n in per.items():
+                wider[family] = wider.get(family, 0) + n
+    wider_logs = sum(wider.values())
     seen: dict[str, int] = counts["symptoms"].get(symptom, {})
     logs = sum(seen.values())
     scores = {}
     for family, n in overall.items():
-        base = (seen.get(family, 0) + SMOOTHING * n / total) / (logs + SMOOTHING)
+        backoff = (wider.get(family, 0) + KIND_SMOOTHING * n / total) / (wider_logs + KIND_SMOOTHING)
+        base = (seen.get(family, 0) + SMOOTHING * backoff) / (logs + SMOOTHING)
         scores[family] = base * _lift(family, domains, counts)
     norm = sum(scores.values()) or 1.0
     shares = {f: v / norm for f, v in scores.items() if v > 0}
@@ -127,14 +156,15 @@ def prior_from(symptom: str, domains: tuple[str, ...], counts: dict) -> Prior:
 
 
 def _lift(family: str, domains: tuple[str, ...], counts: dict) -> float:
-    """How much more often than average the family's logs show these kinds of model (add-one smoothed)."""
+    """How much more often than average the family's logs show these kinds of model, its few logs shrunk toward
+    the average rate (a family never seen with a domain is not lifted by it, only slightly lowered)."""
     family_logs = counts["families"].get(family, 0)
     all_logs = sum(counts["families"].values()) or 1
     lift = 1.0
     for domain in domains:
         with_domain = counts["domains"].get(domain, {})
-        p_family = (with_domain.get(family, 0) + 1) / (family_logs + 2)
         p_all = (sum(with_domain.values()) + 1) / (all_logs + 2)
+        p_family = (with_domain.get(family, 0) + LIFT_PSEUDO_LOGS * p_all) / (family_logs + LIFT_PSEUDO_LOGS)
         lift *= min(max(p_family / p_all, LIFT_BOUNDS[0]), LIFT_BOUNDS[1])
     return lift
 
