@@ -24,7 +24,7 @@ from typing import Any
 from nb_cudaguard.panel.actions import PanelActions
 from nb_cudaguard.panel.handover import HandoverError, PanelHandover
 from nb_cudaguard.panel.render_html import outcome_head
-from nb_cudaguard.relaunch.kernel_internals import clients_are_back
+from nb_cudaguard.relaunch.iopub_clients import clients_are_back
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
 from nb_cudaguard.relaunch.resume import show_at_next_cell
 

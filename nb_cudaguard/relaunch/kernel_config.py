@@ -3,9 +3,9 @@
 IPython reads config files before ipykernel binds its sockets and starts its iopub thread, which is the one
 moment to start watching ipykernel's welcome messages: a client that subscribes before the extension loads would
 otherwise go unseen, and the restart could not tell a subscribed client from a merely connected one
-(``kernel_internals.clients_are_back``). It sets no option.
+(``iopub_clients.clients_are_back``). It sets no option.
 """
 
-from nb_cudaguard.relaunch.kernel_internals import watch_welcomes_from_start
+from nb_cudaguard.relaunch.iopub_clients import watch_welcomes_from_start
 
 watch_welcomes_from_start()

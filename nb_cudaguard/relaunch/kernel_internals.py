@@ -9,7 +9,8 @@ with the versions it differs in; a new ipykernel release is checked against this
   instance for every request, the iopub thread's ``_send_welcome_message``);
 - ipykernel 6 (``msg_queue`` of ``(index, dispatch, args)`` looked up on each use, ``schedule_dispatch``, a PUB
   iopub socket with no welcome message);
-- ipykernel 7's subshells are in ``relaunch.subshells``, kept apart for their size;
+- ipykernel 7's subshells are in ``relaunch.subshells``, and when a client is back on iopub (the welcome message,
+  the iopub thread's start) in ``relaunch.iopub_clients``, each kept apart for its size;
 - both: ``OutStream``'s fd watcher (``_should_watch``, ``watch_fd_thread``, ``_fid``, ``_original_stdstream_fd``,
   ``_original_stdstream_copy``), ``session``, ``iopub_socket``, ``_topic``, ``get_parent``/``_parent_header``.
 """
@@ -20,24 +21,13 @@ import asyncio
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from nb_cudaguard.record.capture import pending_bytes
 
 CLOSE_TIMEOUT = 3.0
 _DRAIN_SECONDS = 1.0
-# Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
-# dropped by the ROUTER socket, its output by the PUB socket: after the replay, requests are answered once a client
-# has subscribed to iopub again (see clients_are_back), or at the latest this long after the sockets were bound.
-# The bound is paid in full only by a kernel whose clients do not read iopub (one that waits for its replies first
-# subscribes only when it next reads iopub), or that no client reconnects to.
-CLIENT_WAIT = 3.0
-# How long a client's TCP connection to iopub must have stood before it counts as subscribed (see clients_are_back).
-_SUBSCRIBE_GRACE = 0.3
-_PEER_SINCE: dict[int, float] = {}
 
 
 # --- the request being answered
@@ -248,140 +238,6 @@ def let_clients_go(socket, timeout: float = CLOSE_TIMEOUT) -> int:
                 pass
             del open_sockets[fd]
     return len(fds)
-
-
-async def wait_for_clients(kernel, seconds: float | None = None) -> None:
-    """Until a client is back on iopub, or at the latest ``seconds`` from now (by default ``CLIENT_WAIT`` after
-    the sockets were bound)."""
-    if seconds is None:
-        deadline = time.monotonic() - seconds_since_bind(kernel) + CLIENT_WAIT
-    else:
-        deadline = time.monotonic() + seconds
-    while not clients_are_back(kernel) and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
-
-
-def clients_are_back(kernel) -> bool:
-    """Has a client subscribed to iopub again (so that what is published now reaches it)?
-
-    A client's subscription is not its TCP connection: libzmq attaches a reconnected pipe to the client's SUB
-    socket, and sends the subscription down it, only when the client's own thread next uses that socket. A
-    client that waits for shell replies before it reads iopub is connected and not subscribed for as long as it
-    waits, and everything published meanwhile is dropped.
-
-    ipykernel 7 says when a subscription arrives with its welcome message. Watched from the process's start
-    (``watch_welcomes_from_start``, run by the config file the restart passes to the new process), a welcome is
-    the one proof. Watched only from the extension's load (a kernel started another way), the first welcome may
-    have gone out before the watch; and ipykernel 6 has a PUB socket and no welcome: there the one sign is a
-    client's TCP connection to the iopub port that has stood for ``_SUBSCRIBE_GRACE``, never at once.
-    """
-    if _WELCOMES.watched_from_start:
-        return _WELCOMES.seen.is_set()
-    watch = _welcome_watch(kernel)
-    if watch is not None and watch.clients_back.is_set():
-        return True
-    if watch is not None and not watch.peer_at_install:
-        return False  # the welcome will come, and only it proves the subscription
-    seen = _PEER_SINCE.get(id(kernel))
-    if not _iopub_peer(kernel):
-        _PEER_SINCE.pop(id(kernel), None)
-        return False
-    now = time.monotonic()
-    if seen is None:
-        _PEER_SINCE[id(kernel)] = now
-        return False
-    return now - seen >= _SUBSCRIBE_GRACE
-
-
-def _iopub_peer(kernel) -> bool:
-    """A client's TCP connection to the iopub port."""
-    socket = getattr(getattr(kernel, "iopub_thread", None), "socket", None)
-    return socket is not None and bool(tcp_peer_fds(socket))
-
-
-def clients_back(kernel) -> threading.Event:
-    """Set when a client subscribes to iopub again (ipykernel 7 then sends its welcome message): replies and output
-    sent before that would be dropped. One wrapper per process, shared by every waiter."""
-    if _WELCOMES.watched_from_start:
-        return _WELCOMES.seen
-    watch = _welcome_watch(kernel, install=True)
-    return watch.clients_back if watch is not None else threading.Event()
-
-
-class _FromStart:
-    """Welcomes that ipykernel's iopub thread sent since this process started: the process-wide record that
-    ``watch_welcomes_from_start`` fills."""
-
-    def __init__(self) -> None:
-        self.watched_from_start = False
-        self.seen = threading.Event()
-
-
-_WELCOMES = _FromStart()
-
-
-def watch_welcomes_from_start() -> None:
-    """Wrap ipykernel 7's welcome sender on its class, before the kernel binds its sockets, so that no welcome of
-    this process goes unseen. Run by ``relaunch/kernel_config.py``, which the in-place restart passes to the new
-    process as an IPython config file: config files are read before ipykernel starts its iopub thread. Does
-    nothing outside a kernel (a terminal IPython never imported ipykernel) or where ipykernel has no welcome (6)."""
-    iostream = sys.modules.get("ipykernel.iostream")
-    thread_class: Any = getattr(iostream, "IOPubThread", None)
-    send = getattr(thread_class, "_send_welcome_message", None)
-    if send is None or _WELCOMES.watched_from_start:
-        return
-    seen = _WELCOMES.seen
-
-    def send_and_note(self, subscription: str) -> object:
-        seen.set()
-        return send(self, subscription)
-
-    thread_class._send_welcome_message = send_and_note
-    _WELCOMES.watched_from_start = True
-
-
-def _welcome_watch(kernel, install: bool = False) -> _WelcomeWatch | None:
-    iopub = getattr(kernel, "iopub_thread", None)
-    welcome = getattr(iopub, "_send_welcome_message", None)
-    if iopub is None or welcome is None:
-        return None
-    if isinstance(welcome, _WelcomeWatch):
-        return welcome
-    if not install:
-        return None
-    watch = _WelcomeWatch(welcome, peer_at_install=_iopub_peer(kernel))
-    iopub._send_welcome_message = watch
-    return watch
-
-
-class _WelcomeWatch:
-    """iopub's welcome sender, wrapped on the instance: sets ``clients_back`` before each welcome is sent.
-    ``peer_at_install``: a client was connected already, so its welcome may have gone out before the wrapper."""
-
-    def __init__(self, send: Callable[[str], object], peer_at_install: bool) -> None:
-        self.send = send
-        self.peer_at_install = peer_at_install
-        self.clients_back = threading.Event()
-
-    def __call__(self, subscription: str) -> object:
-        self.clients_back.set()
-        return self.send(subscription)
-
-
-def seconds_since_bind(kernel) -> float:
-    """How long ago the sockets were bound: ipykernel starts its iopub thread right after binding, and Linux
-    records each thread's start (in clock ticks since boot). 0 where that cannot be read."""
-    thread = getattr(getattr(kernel, "iopub_thread", None), "thread", None)
-    if thread is None:
-        return 0.0
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/uptime") as uptime:
-            return max(0.0, float(uptime.read().split()[0]) - started)
-    except (AttributeError, OSError, ValueError, IndexError):
-        return 0.0
 
 
 # --- fds 1 and 2

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
+from nb_cudaguard.relaunch import iopub_clients, subshells
 from nb_cudaguard.relaunch import kernel_internals as internals
-from nb_cudaguard.relaunch import subshells
 from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
@@ -75,13 +75,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         content = Handoff.from_document(document)
         journal = Journal.from_json(content.journal, guard.journal_max_cells, guard.journal_max_bytes)
         plan = ReplayPlan.from_dict(content.plan, journal)
-    except (
-        HandoffContentError,
-        JournalError,
-        KeyError,
-        TypeError,
-        ValueError,
-    ) as exc:  # signed by us, so a bug: say so, run nothing
+    except (HandoffContentError, JournalError, KeyError, TypeError, ValueError) as exc:  # signed by us: a bug
         guard.restart_failure = f"nb_cudaguard: the restart handoff could not be read ({exc}); nothing was replayed."
         _log(shell, guard.restart_failure)
         show_at_next_cell(shell, lambda: guard.restart_failure)
@@ -205,7 +199,7 @@ class _Resume:
         if self.kernel is not None:
             from tornado.ioloop import IOLoop
 
-            internals.clients_back(self.kernel)  # watch for the first welcome from now on
+            iopub_clients.clients_back(self.kernel)  # watch for the first welcome from now on
             IOLoop.current().add_callback(self._schedule)
         else:
             self.run_sync()
@@ -233,12 +227,12 @@ class _Resume:
                 if not self._record(record, result, output, seconds):
                     break
             self._finish_replay(started)
-            await internals.wait_for_clients(self.kernel)  # what runs next must not publish into the void
+            await iopub_clients.wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
             # a client that waited for those replies before reading iopub subscribes only now: its next request
             # waits for that (bounded), rather than publishing its output into the void
-            await internals.wait_for_clients(self.kernel, seconds=internals.CLIENT_WAIT)
+            await iopub_clients.wait_for_clients(self.kernel, seconds=iopub_clients.CLIENT_WAIT)
             # the frontends last heard "starting" (the new process's first status): without this they show the
             # kernel starting until the user's next cell
             internals.publish_status(self.kernel, "idle")

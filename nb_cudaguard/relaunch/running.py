@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from nb_cudaguard.relaunch import iopub_clients
 from nb_cudaguard.relaunch import kernel_internals as internals
 
 OUTPUT_TAIL = 2000
@@ -30,7 +31,7 @@ class KeptRequests:
         """Answer each *signed* request without running it: an execute request gets a clear error instead."""
         if not self.frames:
             return
-        await internals.wait_for_clients(self.kernel)
+        await iopub_clients.wait_for_clients(self.kernel)
         session = self.kernel.session
         for frames in self.frames:
             try:

@@ -32,5 +32,5 @@ def test_the_config_file_sees_the_welcome_a_client_got_before_any_extension_load
     config file, before ipykernel's iopub thread, sees that welcome (ipykernel 7; 6 sends none)."""
     welcomes = int(__import__("ipykernel").__version__.split(".")[0]) >= 7
     with KernelSession(extra_env=ENV, extra_args=[reexec.CONFIG_ARG]) as kernel:
-        seen = "__import__('nb_cudaguard.relaunch.kernel_internals').relaunch.kernel_internals._WELCOMES"
+        seen = "__import__('nb_cudaguard.relaunch.iopub_clients').relaunch.iopub_clients._WELCOMES"
         assert value(kernel, f"({seen}.watched_from_start, {seen}.seen.is_set())") == (welcomes, welcomes)
