@@ -7,7 +7,8 @@ in code that never imports torch, and so that any part may raise them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 
 class NbCudaguardError(Exception):
@@ -20,8 +21,17 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
     A ``RuntimeError`` first, like the CUDA error it replaces, so existing ``except RuntimeError`` code still
     catches it. The attributes carry what the report needs: which op and argument, the user's variable, the first
     offending values and their positions, how many there are, the valid range and where it comes from, the user's
-    line, and the fix. The CUDA context stays healthy: the next cell runs.
+    line (in the cell they ran) and where deeper in their code the op was called (``via``), and the fix. The CUDA
+    context stays healthy: the next cell runs.
+
+    ``str()`` is the whole message, for code that logs or parses it. IPython shows the error compactly instead
+    (``_render_traceback_``): :meth:`headline`, the user's own frames, then :meth:`details`.
     """
+
+    #: How IPython shows the error, set by the checks that raise it (``nb_cudaguard.check.render``): this module
+    #: imports no other part of the package. Unset, IPython shows its usual traceback.
+    renderer: ClassVar[Callable[[CudaCheckError], list[str]] | None] = None
+    _values_label = "offending values"
 
     def __init__(
         self,
@@ -37,6 +47,7 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
         range_source: str | None = None,
         variable: str | None = None,
         user_line: str | None = None,
+        via: str | None = None,
         fix: str = "",
     ) -> None:
         self.op = op
@@ -50,6 +61,7 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
         self.range_source = range_source
         self.variable = variable
         self.user_line = user_line
+        self.via = via
         self.fix = fix
         super().__init__(self._message())
 
@@ -58,30 +70,53 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
         """The argument as the user knows it: ``target (labels)`` when the variable could be resolved."""
         return f"{self.argument} ({self.variable})" if self.variable else self.argument
 
+    @property
+    def _render_traceback_(self) -> Callable[[], list[str]]:
+        """IPython's hook for an exception that formats itself (7.x to 9.x call it instead of their traceback).
+        Absent while no renderer is set, so that IPython then shows its own."""
+        render = CudaCheckError.renderer
+        if render is None:
+            raise AttributeError("_render_traceback_")
+        return lambda: render(self)
+
+    def headline(self) -> str:
+        """One line: the op, the user's variable, the bad values and the user's line."""
+        text = f"{self.op}: argument {self.subject} {self.problem}"
+        if self.values:
+            text += f": {self._values_text()}"
+        return text + (f"; at {self.user_line}" if self.user_line else "")
+
+    def details(self) -> list[str]:
+        """What follows the user's frames: the valid range, the fix, and what became of the op and the context."""
+        return self._range_lines() + self._fix_lines() + self._outcome_lines()
+
     def _message(self) -> str:
         lines = [f"{self.op}: argument {self.subject} {self.problem}"]
         if self.values:
-            pairs = zip(self.values, self.positions, strict=False)
-            shown = ", ".join(f"{_fmt(v)} at {_fmt_pos(p)}" for v, p in pairs)
-            more = ""
-            if self.count and self.count > len(self.values):
-                more = f" (first {len(self.values)} of {self.count})"
-            lines.append(f"  offending values: {shown}{more}")
-        lines += self._range_line_and_fix()
-        lines.append("  nb_cudaguard stopped the op before it ran: the CUDA context is healthy, the next cell runs.")
-        return "\n".join(lines)
-
-    def _range_line_and_fix(self) -> list[str]:
-        """The valid range and where it comes from, the user's line and the fix: worded once for both modes."""
-        lines = []
-        if self.valid_range:
-            source = f" (from {self.range_source})" if self.range_source else ""
-            lines.append(f"  valid: {self.valid_range}{source}")
+            lines.append(f"  {self._values_label}: {self._values_text()}")
+        lines += self._range_lines()
         if self.user_line:
-            lines.append(f"  at: {self.user_line}")
-        if self.fix:
-            lines.append(f"  fix: {self.fix}")
-        return lines
+            lines.append(f"  at: {self.user_line}" + (f" (via {self.via})" if self.via else ""))
+        return "\n".join(lines + self._fix_lines() + self._outcome_lines())
+
+    def _values_text(self) -> str:
+        pairs = zip(self.values, self.positions, strict=False)
+        shown = ", ".join(f"{_fmt(v)} at {_fmt_pos(p)}" for v, p in pairs)
+        if self.count and self.count > len(self.values):
+            shown += f" (first {len(self.values)} of {self.count})"
+        return shown
+
+    def _range_lines(self) -> list[str]:
+        if not self.valid_range:
+            return []
+        source = f" (from {self.range_source})" if self.range_source else ""
+        return [f"  valid: {self.valid_range}{source}"]
+
+    def _fix_lines(self) -> list[str]:
+        return [f"  fix: {self.fix}"] if self.fix else []
+
+    def _outcome_lines(self) -> list[str]:
+        return ["  nb_cudaguard stopped the op before it ran: the CUDA context is healthy, the next cell runs."]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +131,7 @@ class CudaCheckError(RuntimeError, NbCudaguardError):
             "valid_range": self.valid_range,
             "range_source": self.range_source,
             "user_line": self.user_line,
+            "via": self.via,
             "fix": self.fix,
         }
 

@@ -10,10 +10,11 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from types import FrameType
-from typing import Any
+from traceback import FrameSummary
+from types import CodeType, FrameType
+from typing import Any, NamedTuple
 
-from nb_cudaguard.incident.usercode import is_user_file
+from nb_cudaguard.incident.usercode import cell_number, is_top_level, is_user_file, users_line
 
 _MAX_MODULES = 200  # user-namespace modules searched for the owner of a weight
 
@@ -28,28 +29,110 @@ def user_frame(start: FrameType | None = None) -> FrameType | None:
     return None
 
 
+class CodeFacts(NamedTuple):
+    """What ``usercode.users_line`` reads of a frame, decided once per code object (which it keeps alive, so that
+    its id, the cache's key, is not reused: hashing a code object hashes its bytecode)."""
+
+    user: bool
+    filename: str
+    function: str
+    cell: int | None
+    cell_top: bool  # a cell's own top-level code: the walk up from an op stops there
+    code: CodeType
+
+
+Known = dict[int, CodeFacts]
+
+
+def code_facts(code: CodeType, known: Known) -> CodeFacts:
+    facts = known.get(id(code))
+    if facts is None or facts.code is not code:
+        filename, function = code.co_filename, code.co_name
+        cell = cell_of(filename)
+        top = cell is not None and is_top_level(function)
+        facts = known[id(code)] = CodeFacts(is_user_file(filename), filename, function, cell, top, code)
+    return facts
+
+
+class UserPath(NamedTuple):
+    """The user's frames from the running cell's top level inward (outermost first), their facts, and where each
+    is (code, line): what tells one path through the user's code from another."""
+
+    frames: list[FrameType]
+    facts: list[CodeFacts]
+    spots: tuple[tuple[int, int], ...]  # (id of the code, line)
+
+    def where(self) -> tuple[str | None, str | None]:
+        """(the user's line, where deeper in their code the op was called): the two texts of a check's error."""
+        found = users_line(self.facts)
+        if found is None:
+            return None, None
+        line, inner = found
+        return describe_line(self.frames[line]), (describe_call(self.frames[inner]) if inner != line else None)
+
+    def summaries(self) -> list[FrameSummary]:
+        """The frames as IPython's traceback formatter takes them, for an error raised after they are gone."""
+        found = []
+        for frame in self.frames:
+            code = frame.f_code
+            text = linecache.getline(code.co_filename, frame.f_lineno, frame.f_globals).strip()
+            name = getattr(code, "co_qualname", code.co_name)
+            found.append(FrameSummary(code.co_filename, frame.f_lineno, name, lookup_line=False, line=text))
+        return found
+
+
+def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
+    """The user's frames from ``start`` outward, up to the running cell's own top-level frame (what calls that
+    cell is not looked at: the walk ends there). ``known``: a cache of code facts kept across calls. Runs on every
+    call of a fast-checked op: one dict lookup per frame."""
+    known = {} if known is None else known
+    frames: list[FrameType] = []
+    facts: list[CodeFacts] = []
+    spots: list[tuple[int, int]] = []
+    frame = start
+    while frame is not None:
+        code = frame.f_code
+        found = known.get(id(code))
+        if found is None or found[5] is not code:
+            found = code_facts(code, known)
+        if found[0]:
+            frames.append(frame)
+            facts.append(found)
+            spots.append((id(code), frame.f_lineno))
+            if found[4]:
+                break
+        frame = frame.f_back
+    frames.reverse()
+    facts.reverse()
+    spots.reverse()
+    return UserPath(frames, facts, tuple(spots))
+
+
+def describe_call(frame: FrameType) -> str:
+    """``M.forward, cell In[3], line 6: return self.emb(tokens)``: the function, then its line."""
+    code = frame.f_code
+    return f"{getattr(code, 'co_qualname', code.co_name)}, {describe_line(frame)}"
+
+
 def describe_line(frame: FrameType | None) -> str | None:
     """``cell In[4], line 3: loss = criterion(out, y)``, or the file and line for a script."""
     if frame is None:
         return None
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     text = linecache.getline(filename, lineno, frame.f_globals).strip()
-    where = _cell_label(filename) or f"{os.path.basename(filename)}"
+    cell = cell_of(filename)
+    where = f"cell In[{cell}]" if cell is not None else os.path.basename(filename)
     return f"{where}, line {lineno}: {text}" if text else f"{where}, line {lineno}"
 
 
-def _cell_label(filename: str) -> str | None:
-    if filename.startswith("<ipython-input-"):  # IPython 7 names cells <ipython-input-N-hash>
-        number = filename.split("-")[2]
-        return f"cell In[{number}]" if number.isdigit() else None
+def cell_of(filename: str) -> int | None:
+    """The execution count of the cell this process's IPython shell compiled under ``filename``, if any."""
     try:
         from IPython import get_ipython
     except ImportError:
-        return None
-    shell = get_ipython()
-    compiler = getattr(shell, "compile", None)
-    cell = getattr(compiler, "_filename_map", {}).get(filename)
-    return f"cell In[{cell}]" if cell is not None else None
+        return cell_number(filename, {})
+    compiler = getattr(get_ipython(), "compile", None)
+    return cell_number(filename, getattr(compiler, "_filename_map", None) or {})
 
 
 @dataclass

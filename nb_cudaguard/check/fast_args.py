@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from nb_cudaguard.check.context import Names, describe_line
+from nb_cudaguard.check.context import Names, user_path
 from nb_cudaguard.check.fast_rules import compiling
 from nb_cudaguard.check.fast_sites import SITES, Rule, Site, compiled_site
 from nb_cudaguard.errors import CudaCheckError
@@ -68,6 +68,7 @@ def host_violation(
 ) -> CudaCheckError:
     """An error for a violation the host already knows: raised before the op runs, as in the exact mode."""
     frame = SITES.user_frame(sys._getframe(1))
+    user_line, via = user_path(frame).where()
     return CudaCheckError(
         op=op,
         argument=argument,
@@ -79,6 +80,7 @@ def host_violation(
         valid_range=valid,
         range_source=source,
         variable=Names(frame, SITES.namespace).name_of(tensor),
-        user_line=describe_line(frame),
+        user_line=user_line,
+        via=via,
         fix=fix or check_fix_of(family),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from traceback import FrameSummary
 from types import ModuleType
 from typing import Any
 
@@ -56,26 +57,37 @@ class FastCheckError(CudaCheckError):
     """A fast check fired: the op ran on safe values, so the cell's results are wrong from that op on.
 
     A ``CudaCheckError`` (so a ``RuntimeError``), with ``changed_names`` (what the cell assigned or changed) and
-    ``rebuild_cells`` (the cells that build those names, as ``(label, names)``), for the report and the panel.
+    ``rebuild_cells`` (the cells that build those names, as ``(label, names)``), for the report and the panel, and
+    ``frames``: the user's frames where the op ran, recorded then, since the error is raised when the cell ends.
     """
 
-    def __init__(self, *, consequences: Consequences, also: list[str], flat_position: bool, **fields: Any) -> None:
+    _values_label = "first offending value"
+
+    def __init__(
+        self,
+        *,
+        consequences: Consequences,
+        also: list[str],
+        flat_position: bool,
+        frames: list[FrameSummary] | None = None,
+        **fields: Any,
+    ) -> None:
         self.changed_names = consequences.changed
         self.rebuild_cells = consequences.rebuild
         self.also = also
         self.flat_position = flat_position
+        self.frames = list(frames or [])
         super().__init__(**fields)
 
-    def _message(self) -> str:
-        lines = [f"{self.op}: argument {self.subject} {self.problem}"]
-        if self.values:
-            where = _position_text(self.positions[0]) + (" (flat index)" if self.flat_position else "")
-            lines.append(f"  first offending value: {self.values[0]!r} at {where}")
-        lines += self._range_line_and_fix()
-        lines.append(
+    def _values_text(self) -> str:
+        where = _position_text(self.positions[0]) + (" (flat index)" if self.flat_position else "")
+        return f"{self.values[0]!r} at {where}"
+
+    def _outcome_lines(self) -> list[str]:
+        lines = [
             "  nb_cudaguard (fast checks) ran this op on clamped values so that its kernel could not assert: "
             "the CUDA context is healthy, but this cell's results are wrong from this op on."
-        )
+        ]
         lines.extend(f"  also fired: {text}" for text in self.also)
         if self.changed_names:
             lines.append(f"  names this cell assigned or changed, now wrong: {', '.join(self.changed_names)}")
@@ -86,7 +98,7 @@ class FastCheckError(CudaCheckError):
             lines.append(f"  choices: {rerun}; or fix the input and re-run {cells}, then this cell (no restart).")
         else:
             lines.append(f"  choices: {rerun}; or fix the input and re-run this cell (no restart).")
-        return "\n".join(lines)
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
@@ -132,6 +144,8 @@ def error_from(firings: list[tuple[Firing, Site | None]], consequences: Conseque
         range_source=site.range_source,
         variable=site.variable,
         user_line=site.user_line,
+        via=site.via,
+        frames=site.frames,
         fix=site.fix or check_fix_of(family),
     )
 

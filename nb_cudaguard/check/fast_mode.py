@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+from nb_cudaguard.check import render
 from nb_cudaguard.check.fast_board import BOARD
 from nb_cudaguard.check.fast_casts import CASTS
 from nb_cudaguard.check.fast_entries import PATCHES
@@ -32,6 +33,7 @@ class FastChecker:
         self.active = False
 
     def __enter__(self) -> FastChecker:
+        render.install()
         BOARD.active += 1
         self.active = True
         if BOARD.active == 1:

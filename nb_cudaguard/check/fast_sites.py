@@ -1,10 +1,12 @@
 """Sites: where a fast check ran (op, argument, the user's line and variable), as the small integer the board keeps.
 
 The board on the device holds only a number, so everything the error will say about the place is kept here, on
-the host, when the op is dispatched. A site is one (user code, line, entry point, argument): the first call from a
-line pays for finding the user's frame, the line's text and the variable's name (one identity scan of the frame's
-scopes, as the exact mode does after a failure); every later call from that line is one dict lookup. Site numbers
-are never reused within a process, because a compiled graph keeps the number it was traced with.
+the host, when the op is dispatched. A site is one (the user's line in the running cell, the line deeper in their
+code that called the op, check): every call walks the user's frames up to the running cell (one dict lookup per
+frame, about 1 us), and the first call along a path pays for the lines' texts, the frames the error will show and
+the variable's name (an identity scan of the user's scopes from the cell inward, as the exact mode does after a
+failure, without reading values); every later call along it is one more dict lookup. Site numbers are never reused
+within a process, because a compiled graph keeps the number it was traced with.
 
 Under ``torch.compile`` there is no Python frame to look at when the graph runs, so the site is made while Dynamo
 traces (:func:`compiled_site`, which Dynamo calls once and treats as a constant), from the user frame Dynamo is
@@ -15,14 +17,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from types import CodeType, FrameType
+from dataclasses import dataclass, field
+from traceback import FrameSummary
+from types import FrameType
 
 import torch
 
-from nb_cudaguard.check.context import Names, describe_line
+from nb_cudaguard.check.context import Known, Names, UserPath, code_facts, user_path
 from nb_cudaguard.check.fast_board import MAX_SITES
-from nb_cudaguard.incident.usercode import is_user_file
+from nb_cudaguard.check.naming import user_name
+from nb_cudaguard.incident.usercode import is_user_file, users_line
 
 
 @dataclass
@@ -42,6 +46,8 @@ class Site:
     shape_varied: bool = False
     compiled: bool = False
     kind: str = "float"  # of the checked tensor's values: "int", "bool" or "float", to show the value as it was
+    via: str | None = None  # where deeper in the user's code the op was called, when not on the user's line
+    frames: list[FrameSummary] = field(default_factory=list)  # the user's, from the running cell inward
 
 
 @dataclass(frozen=True)
@@ -62,18 +68,14 @@ class Sites:
     def __init__(self) -> None:
         self.by_number: dict[int, Site] = {}
         self._by_place: dict[tuple, Site] = {}
-        self._user_code: dict[CodeType, bool] = {}
+        self._by_path: dict[tuple, Site] = {}  # (the user's frames as (code, line), check) -> its site
+        self._known: Known = {}
         self.namespace: dict | None = None
 
     def user_frame(self, frame: FrameType | None) -> FrameType | None:
         """The innermost user frame above ``frame``; whether a code object is the user's is decided once."""
-        known = self._user_code
         while frame is not None:
-            code = frame.f_code
-            mine = known.get(code)
-            if mine is None:
-                mine = known[code] = is_user_file(code.co_filename)
-            if mine:
+            if code_facts(frame.f_code, self._known).user:
                 return frame
             frame = frame.f_back
         return None
@@ -86,22 +88,44 @@ class Sites:
         refine: Callable[[Site, Names], None] | None = None,
     ) -> int:
         """The site of the calling entry point's caller's user line (eager only: it reads Python frames).
-        ``place`` identifies the check (op, argument, range); the rule is only made for a new site."""
-        frame = self.user_frame(sys._getframe(2))
-        key = (frame.f_code if frame is not None else None, frame.f_lineno if frame is not None else 0, place)
-        site = self._by_place.get(key)
+        ``place`` identifies the check (op, argument, range); the rule is only made for a new site. The same line
+        of a ``forward()`` reached from another line of the running cell is another site: the user's line differs.
+        Every call walks the user's frames up to the running cell; a path seen before is one dict lookup."""
+        path = user_path(sys._getframe(2), self._known)
+        key = (path.spots, place)
+        site = self._by_path.get(key)
         shape = tensor.shape
         if site is None:
-            site = self._new(make_rule(), key, describe_line(frame))
-            names = Names(frame, self.namespace)
-            site.variable = names.name_of(tensor)
-            if refine is not None:
-                refine(site, names)
-            site.shape = shape
-            site.kind = _kind(tensor)
+            site = self._by_path[key] = self._site(path, place, make_rule, tensor, refine)
         elif site.shape != shape:
             site.shape, site.shape_varied = shape, True
         return site.number
+
+    def _site(
+        self,
+        path: UserPath,
+        place: tuple,
+        make_rule: Callable[[], Rule],
+        tensor,
+        refine: Callable[[Site, Names], None] | None,
+    ) -> Site:
+        """The site of a path not seen before: one per (the user's line, where it failed, check)."""
+        found = users_line(path.facts)
+        line, inner = (path.spots[found[0]], path.spots[found[1]]) if found is not None else ((None, 0), (None, 0))
+        key = (*inner, *line, place)
+        site = self._by_place.get(key)
+        if site is not None:
+            return site
+        user_line, via = path.where()
+        site = self._new(make_rule(), key, user_line)
+        site.via, site.frames = via, path.summaries()
+        names = Names(path.frames[found[1]] if found is not None else None, self.namespace)
+        site.variable = user_name(names, tensor, read_values=False)
+        if refine is not None:
+            refine(site, names)
+        site.shape = tensor.shape
+        site.kind = _kind(tensor)
+        return site
 
     def compiled(self, rule: Rule) -> int:
         """The site of the user line Dynamo is tracing now (called at trace time only)."""

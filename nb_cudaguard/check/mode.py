@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nb_cudaguard.check import render
 from nb_cudaguard.check.conditions import Check, Condition, cast_condition, mark_nan_cast
-from nb_cudaguard.check.context import Names, describe_line, user_frame
+from nb_cudaguard.check.context import Names, describe_line, user_frame, user_path
 from nb_cudaguard.check.fast_board import BOARD
 from nb_cudaguard.check.naming import user_name
 from nb_cudaguard.check.ops import CHECKS
@@ -123,6 +124,7 @@ class CudaCheckMode(TorchDispatchMode):
 
     def __init__(self, sync: bool = False, namespace: dict | None = None) -> None:
         super().__init__()
+        render.install()
         self.sync = sync
         self.namespace = namespace
         self.checks = _resolve_checks()
@@ -176,6 +178,7 @@ class CudaCheckMode(TorchDispatchMode):
 
     def _error(self, func, condition: Condition, numbers: list[float]) -> CudaCheckError:
         frame = user_frame(sys._getframe(1))
+        user_line, via = user_path(frame).where()
         names = Names(frame, self.namespace)
         if condition.classify is not None:
             condition.family = condition.classify(numbers)
@@ -207,7 +210,8 @@ class CudaCheckMode(TorchDispatchMode):
             valid_range=condition.valid_range,
             range_source=condition.range_source,
             variable=variable,
-            user_line=describe_line(frame),
+            user_line=user_line,
+            via=via,
             fix=condition.fix or check_fix_of(condition.family),
         )
 

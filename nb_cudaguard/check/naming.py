@@ -25,33 +25,26 @@ from typing import Any
 
 import torch
 
-from nb_cudaguard.check.context import Names
-from nb_cudaguard.incident.usercode import is_user_file
+from nb_cudaguard.check.context import Names, user_path
 
 _MAX_COMPARED = 1 << 24  # elements: a larger candidate is not compared value by value
 _MAX_ENTRIES = 50  # entries of one dict searched for the tensor
 
 
-def user_name(names: Names, obj: Any) -> str | None:
-    """The user's name for ``obj``, searched from their outermost frame inward; see the module's docstring."""
+def user_name(names: Names, obj: Any, read_values: bool = True) -> str | None:
+    """The user's name for ``obj``, searched from their outermost frame inward; see the module's docstring.
+    ``read_values=False`` (the fast checks, which name a site before any failure) skips the comparison by value,
+    which would synchronise with the device."""
     if not isinstance(obj, torch.Tensor):
         return names.name_of(obj)
-    frames = list(_user_frames(names.frame))
-    for depth, frame in enumerate(reversed(frames)):
+    for depth, frame in enumerate(user_path(names.frame).frames):  # the running cell's code inward
         scopes = [frame.f_locals, frame.f_globals]
         if depth == 0 and names.namespace is not None:
             scopes.append(names.namespace)
-        found = _by_identity(scopes, obj) or _by_value(frame, obj)
+        found = _by_identity(scopes, obj) or (_by_value(frame, obj) if read_values else None)
         if found is not None:
             return found
     return names.name_of(obj)
-
-
-def _user_frames(frame: FrameType | None) -> Iterator[FrameType]:
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            yield frame
-        frame = frame.f_back
 
 
 def _by_identity(scopes: list[dict], obj: Any) -> str | None:

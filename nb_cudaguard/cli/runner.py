@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nb_cudaguard.errors import NbCudaguardError
 
@@ -86,37 +87,52 @@ class RunOutcome:
 
 
 class Progress:
-    """A bar on a terminal, plain lines elsewhere (CI logs, pipes)."""
+    """tqdm's bar where tqdm is installed and the stream is a terminal (as tqdm decides, ``disable=None``); one
+    plain line per cell elsewhere (CI logs, pipes, no tqdm). tqdm is optional: ``pip install nb_cudaguard[progress]``.
+    """
 
     def __init__(self, total: int, stream=None) -> None:
         self.total = total
         self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.done = 0
+        self.bar = _bar(total, self.stream)
 
     def start(self, index: int, first_line: str) -> None:
-        if self.tty:
-            filled = int(20 * self.done / max(self.total, 1))
-            bar = "#" * filled + "-" * (20 - filled)
-            self.stream.write(f"\r[{bar}] {self.done}/{self.total} cell {index}: {first_line[:50]:<50}")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"cell {index}: {first_line[:40]}")
 
     def finish(self, cell: CellRun) -> None:
         self.done += 1
-        if self.tty:
-            if cell.status != "ok":
-                self.stream.write(f"\rcell {cell.index}: {cell.status}: {cell.error or ''}\n")
-        else:
-            self.stream.write(f"cell {cell.index} ({self.done}/{self.total}): {cell.status} {cell.seconds:.2f} s\n")
-        self.stream.flush()
+        if self.bar is None:
+            self._line(f"cell {cell.index} ({self.done}/{self.total}): {cell.status} {cell.seconds:.2f} s")
+            return
+        if cell.status != "ok":
+            self.bar.write(f"cell {cell.index}: {cell.status}: {cell.error or ''}", file=self.stream)
+        self.bar.update(1)
 
     def note(self, text: str) -> None:
-        self.stream.write(("\r" if self.tty else "") + text + "\n")
-        self.stream.flush()
+        if self.bar is None:
+            self._line(text)
+        else:
+            self.bar.write(text, file=self.stream)
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
+        if self.bar is not None:
+            self.bar.close()
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _bar(total: int, stream) -> Any:
+    """A tqdm bar on ``stream``, or None without tqdm or when tqdm finds that ``stream`` is no terminal."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(total=total, file=stream, disable=None, unit="cell", desc="nb-cudaguard run", dynamic_ncols=True)
+    return None if bar.disable else bar
 
 
 def load_notebook(path: str, kernel: str | None):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.probe import Health, active_probe
-from nb_cudaguard.incident.usercode import is_user_file
+from nb_cudaguard.incident.usercode import cell_number, is_user_file, users_line
 from nb_cudaguard.record.assertions import AssertionRecord
 from nb_cudaguard.record.journal import CellRecord
 
@@ -53,12 +53,7 @@ def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) 
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         code = frame.f_code
         filename = code.co_filename
-        cell = cell_filenames.get(filename)
-        if cell is None and filename.startswith("<ipython-input-"):
-            try:
-                cell = int(filename.split("-")[2])
-            except (IndexError, ValueError):
-                cell = None
+        cell = cell_number(filename, cell_filenames)
         is_user = cell is not None or is_user_file(filename)
         frames.append(
             Frame(
@@ -99,8 +94,16 @@ class Incident:
 
     @property
     def user_frame(self) -> Frame | None:
+        """Where it failed: the innermost of the user's frames."""
         frames = self.user_frames
         return frames[-1] if frames else None
+
+    @property
+    def users_line(self) -> Frame | None:
+        """The line of the cell the user ran that led to the failure (``usercode.users_line``)."""
+        frames = self.user_frames
+        found = users_line(frames)
+        return frames[found[0]] if found is not None else None
 
     @property
     def poisoned(self) -> bool | None:

@@ -1,9 +1,15 @@
-"""The one rule for "is this the user's code?": a live frame, a checked op's caller and a pasted log's frame.
+"""The one rule for "is this the user's code?", and for "which of its lines is the user's line?": a live frame, a
+checked op's caller and a pasted log's frame.
 
 The report points at the user's own line and the checks name the user's variable, so all three must agree on where
 the user's code ends and a library's begins. A live path is a library's when it lies under the standard library,
 site-packages, torch or this package; a path from a pasted log (another machine) when it names an installed-package
 folder. Generated code in angle brackets is a library's, except the names IPython and ``exec`` give user source.
+
+The user's line is a line of the cell they ran: the call into a model's ``forward()`` that an earlier cell defined,
+not the line inside it (that one is where it failed, shown after it). The cell's own code is its top-level frame
+and the functions it defined; a cell magic that runs the cell's body (``%%cudacheck``) adds a top-level frame of
+its own under the magic's call line, and the body is what the user wrote.
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ import os
 import site
 import sys
 import sysconfig
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Protocol, TypeVar
 
 _USER_PSEUDO_FILES = ("<ipython-input-", "<string>", "<stdin>")
 _INSTALLED_MARKERS = ("site-packages", "dist-packages", "/lib/python")
@@ -55,3 +63,65 @@ def is_user_file_in_log(filename: str) -> bool:
     if filename.startswith("<"):
         return filename.startswith(_USER_PSEUDO_FILES)
     return not any(marker in filename for marker in _INSTALLED_MARKERS)
+
+
+def cell_number(filename: str, cell_filenames: Mapping[str, int]) -> int | None:
+    """The execution count of the notebook cell compiled under ``filename``, else None. IPython 8+ keeps the map
+    (``shell.compile._filename_map``); IPython 7 names cells ``<ipython-input-N-hash>``."""
+    number = cell_filenames.get(filename)
+    if number is None and filename.startswith("<ipython-input-"):
+        digits = filename.split("-")[2:3]
+        number = int(digits[0]) if digits and digits[0].isdigit() else None
+    return number
+
+
+class CodePlace(Protocol):
+    """What the rule needs of a frame: its file, its function (``<module>`` for top-level code) and its cell."""
+
+    @property
+    def filename(self) -> str: ...
+
+    @property
+    def function(self) -> str: ...
+
+    @property
+    def cell(self) -> int | None: ...
+
+
+P = TypeVar("P", bound=CodePlace)
+
+
+def is_top_level(function: str) -> bool:
+    """A file's or a cell's own top-level code: ``<module>``, or ``<cell line: N>`` as IPython 7 names a cell's
+    code on Python 3.10+."""
+    return function == "<module>" or function.startswith("<cell line: ")
+
+
+def from_running_cell(frames: Sequence[P]) -> list[P]:
+    """The user's frames (outermost first) from the running cell's own top-level code inward. What calls the cell
+    goes (a script or a test driving the shell), and so does a cell magic's call line when the magic runs the
+    body itself. Without a cell (a script, a log from another machine) all of them stay."""
+    return list(frames[_running_start(frames) :])
+
+
+def users_line(frames: Sequence[P]) -> tuple[int, int] | None:
+    """The indices in ``frames`` (the user's, outermost first) of the user's line and of where it failed: the
+    innermost frame of the running cell's own code (its top level and the functions it defined), and the innermost
+    user frame. Without a cell both are the innermost. Runs on every call of a fast-checked op: plain loops."""
+    if not frames:
+        return None
+    start, inner = _running_start(frames), len(frames) - 1
+    top = frames[start]
+    if top.cell is not None:
+        for index in range(inner, start - 1, -1):
+            if frames[index].filename == top.filename:
+                return index, inner
+    return inner, inner
+
+
+def _running_start(frames: Sequence[P]) -> int:
+    for index in range(len(frames) - 1, -1, -1):
+        frame = frames[index]
+        if frame.cell is not None and is_top_level(frame.function):
+            return index
+    return 0

@@ -158,17 +158,14 @@ def _assertion(record: AssertionRecord) -> AssertionLine:
 
 
 def _user_line(incident: Incident) -> str | None:
-    """The line of the failing cell itself that led to the failure (the call into a model's ``forward``, not the
-    line inside it), and, when the failure happened deeper in the user's own code, where."""
-    inner = incident.user_frame
-    count = incident.cell.execution_count if incident.cell is not None else None
-    own = [f for f in incident.user_frames if count is not None and f.cell == count]
-    frame = own[-1] if own else inner
+    """The line of the cell the user ran that led to the failure (the call into a model's ``forward``, not the line
+    inside it: ``usercode.users_line``), and, when it failed deeper in the user's own code, where."""
+    frame, inner = incident.users_line, incident.user_frame
     if frame is None:
         return None
     line = f"{frame.where}: {frame.line}" if frame.line else frame.where
     if inner is not None and inner is not frame:
-        line += f"  (failed in {inner.function}, {inner.where})"
+        line += f"  (via {inner.function}, {inner.where}" + (f": {inner.line})" if inner.line else ")")
     return line
 
 

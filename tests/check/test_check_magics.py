@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -183,6 +184,13 @@ def test_real_kernel_next_cell_runs_after_cudacheck_error() -> None:
         failed = kernel.run("%%cudacheck\nloss = F.cross_entropy(logits, labels)")
         assert failed.status == "error" and failed.error["ename"] == "CudaCheckError"
         assert "argument target (labels)" in failed.error["evalue"]
+        assert "  offending values: 5 at [1]" in failed.error["evalue"]  # the whole message, as str() has it
+        # what the frontend shows: the compact block, the cell's frame and no library's
+        (shown,) = [o for o in failed.outputs if o["output_type"] == "error"]
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(shown["traceback"])).splitlines()
+        assert lines[0].startswith("CudaCheckError: aten.nll_loss_forward: argument target (labels) has 1 value")
+        assert lines[0].endswith("line 2: loss = F.cross_entropy(logits, labels)") and len(lines) < 12
+        assert not [line for line in lines if "site-packages" in line or "nb_cudaguard/" in line]
         after = kernel.run("print(int(F.cross_entropy(logits, labels.clamp(max=4)).isfinite()))")
         assert after.status == "ok" and after.stdout.strip() == "1"
 

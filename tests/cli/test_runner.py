@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import struct
+import subprocess
+import sys
+import termios
+import threading
 
 import nbformat
 import pytest
@@ -29,6 +36,8 @@ def _notebook(path, *sources, kernelspec=True, tags=None):
 def test_all_cells_run(tmp_path, capsys):
     path = _notebook(tmp_path / "ok.ipynb", "x = 20", "print(x + 22)")
     assert main(["run", str(path), "-o", str(tmp_path / "out.ipynb"), "--json", str(tmp_path / "r.json")]) == 0
+    progress = capsys.readouterr().err  # no terminal: tqdm (installed here) stands aside for the plain lines
+    assert "cell 1 (1/2): ok" in progress and "cell 2 (2/2): ok" in progress and "it/s" not in progress
     executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
     assert executed.cells[2].outputs[0]["text"] == "42\n"
     report = json.loads((tmp_path / "r.json").read_text())
@@ -145,5 +154,49 @@ def test_run_an_example_notebook_with_diagnosis(tmp_path):
     text = report.read_text()
     assert "(poisoned)" in text and "`num_classes_mismatch` `yb`" in text
     assert "CudaCheckError: aten.nll_loss_forward: argument target (yb)" in text  # pinned under %%cudacheck
-    assert "use nn.Linear(128, 196)" in text
+    # the fix in the user's own terms: their class's argument and the constant that counts the classes
+    assert "build model with CarNet(num_classes=NUM_CLASSES) (now `model = CarNet(num_classes=195)" in text
     assert nbformat.read(out, as_version=4).cells[5].outputs  # the failing cell keeps its report
+
+
+@pytest.mark.parametrize("tqdm", ["installed", "missing"])
+def test_progress_on_a_terminal_is_tqdm_s_bar_or_plain_lines_without_it(tmp_path, tqdm):
+    """The real command, its stderr a terminal (a pty): tqdm's bar, or the plain lines where tqdm cannot be
+    imported (a None in sys.modules makes ``import tqdm`` fail, as when it is not installed)."""
+    pytest.importorskip("tqdm")
+    path = _notebook(tmp_path / "ok.ipynb", "x = 20", "print(x + 22)", "failing = 1/0")
+    hide = "sys.modules['tqdm'] = None; " if tqdm == "missing" else ""
+    code = f"import sys; {hide}from nb_cudaguard.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    main_fd, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a size
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(main_fd, chunks))
+    reader.start()
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-c", code, "run", str(path), "-o", str(tmp_path / "o.ipynb")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(terminal)
+        reader.join(timeout=10)
+        os.close(main_fd)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert ran.returncode == 1, shown
+    assert "cell 3: error: ZeroDivisionError: division by zero" in shown or "(3/3): error" in shown, shown
+    if tqdm == "installed":
+        assert "nb-cudaguard run:" in shown and "3/3" in shown and "cell 1 (1/3): ok" not in shown, shown
+        assert "\r" in shown  # the bar redraws in place
+    else:
+        assert "cell 1 (1/3): ok" in shown and "cell 3 (3/3): error" in shown and "nb-cudaguard run:" not in shown
+
+
+def _drain(fd: int, chunks: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the terminal's last writer closed it
+            return
+        if not chunk:
+            return
+        chunks.append(chunk)

@@ -108,6 +108,31 @@ def test_your_line_is_the_line_of_the_failing_cell_not_the_line_inside_the_model
     assert line is not None and line.startswith(f"cell [{count}], line 2: loss = nn.functional.cross_entropy"), line
 
 
+def test_your_line_after_a_poisoned_error_inside_an_earlier_cell_s_forward(shell):
+    """The op fails in ``forward`` (an earlier cell's code): the line is the running cell's call, and forward's
+    line is where it failed, as in a check's error (``usercode.users_line``)."""
+    model = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.head = nn.Linear(8, 195)\n    def forward(self, x, y):\n"
+        "        return nn.functional.cross_entropy(self.head(x), y)\n"
+        "net = Net().to('cuda')"
+    )
+    for cell in [*SETUP[:4], model]:
+        assert shell.run_cell(cell, store_history=True).success, cell
+    model_count = shell.execution_count - 1
+    with capture_output():
+        result = shell.run_cell("unrelated = 2\nloss = net(x, labels)\nafter = 3", store_history=True)
+    assert not result.success
+    report = get_guard(shell).last_report
+    assert report.incident.classification == "poisoned"
+    count = report.incident.cell.execution_count
+    line = gather(report).content().user_line
+    assert line == (
+        f"cell [{count}], line 2: loss = net(x, labels)  (via forward, cell [{model_count}], line 6: "
+        "return nn.functional.cross_entropy(self.head(x), y))"
+    )
+
+
 def test_status_counts_only_cuda_incidents(shell):
     with capture_output():
         shell.run_cell("import torch\ntorch.zeros(3)[5]")  # a CPU index error: reported, but no CUDA incident

@@ -15,6 +15,7 @@ from typing import Any, cast
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
 from nb_cudaguard.diagnosis.evidence.context import Context, nan_cause, range_evidence
 from nb_cudaguard.diagnosis.evidence.workspace import Named, config_value
+from nb_cudaguard.diagnosis.evidence.written import outputs_written
 from nb_cudaguard.diagnosis.tensors import INT64_MIN, is_floating, is_integral
 from nb_cudaguard.families import fix_of
 
@@ -225,10 +226,11 @@ def _resize_fix(ctx: Context, counts: list[ClassCount], wanted: int) -> str:
         return f"The data has {wanted} classes: build the model with num_labels={wanted}."
     if head is not None:
         layer: Any = head.obj
-        return (
-            f"The data has {wanted} classes but {head.name} has {layer.out_features} outputs: "
-            f"use nn.Linear({layer.in_features}, {wanted})."
-        )
+        data = _data_classes(ctx)
+        named = data[1].variable if data is not None and data[0] == wanted else None
+        written = outputs_written(ctx, head, wanted, named)
+        do = str(written) if written is not None else f"use nn.Linear({layer.in_features}, {wanted})"
+        return f"The data has {wanted} classes but {head.name} has {layer.out_features} outputs: {do}."
     linear = ctx.static.linears[-1] if ctx.static.linears else None
     inputs = cast(tuple[Any, Any], linear.value)[0] if linear is not None else None
     if inputs is not None:

@@ -58,7 +58,8 @@ class StaticFacts:
         return [fact for name in names for fact in self.calls.get(name, [])]
 
 
-def _call_name(node: ast.Call) -> str:
+def call_name(node: ast.Call) -> str:
+    """``Linear`` for ``nn.Linear(...)`` and ``Linear(...)``; "" for a call of anything else."""
     func = node.func
     if isinstance(func, ast.Attribute):
         return func.attr
@@ -76,7 +77,8 @@ def _int(node: ast.AST | None) -> int | None:
     return None
 
 
-def _arg(node: ast.Call, index: int, keyword: str) -> ast.AST | None:
+def call_argument(node: ast.Call, index: int, keyword: str) -> ast.expr | None:
+    """The argument given by ``keyword``, else the ``index``-th positional one."""
     for kw in node.keywords:
         if kw.arg == keyword:
             return kw.value
@@ -124,15 +126,18 @@ def _read(source: str, facts: StaticFacts) -> None:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        name = _call_name(node)
+        name = call_name(node)
         line = _source_line(lines, node)
         target = targets.get(id(node))
         facts.calls.setdefault(name, []).append(Fact(node, line, target))
         if name == "Linear":
-            size_in, size_out = _int(_arg(node, 0, "in_features")), _int(_arg(node, 1, "out_features"))
+            size_in, size_out = (
+                _int(call_argument(node, 0, "in_features")),
+                _int(call_argument(node, 1, "out_features")),
+            )
             facts.linears.append(Fact((size_in, size_out), line, target))
         elif name == "Embedding":
-            count, dim = _int(_arg(node, 0, "num_embeddings")), _int(_arg(node, 1, "embedding_dim"))
+            count, dim = _int(call_argument(node, 0, "num_embeddings")), _int(call_argument(node, 1, "embedding_dim"))
             facts.embeddings.append(Fact((count, dim), line, target))
         elif name in ("BCELoss", "binary_cross_entropy"):
             facts.bce_losses.append(Fact(name, line, target))
@@ -209,7 +214,7 @@ def line_facts(text: str) -> LineFacts:
             receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else None
             facts.calls.append(
                 CallSite(
-                    name=_call_name(node),
+                    name=call_name(node),
                     receiver=receiver,
                     args=[ast.unparse(a) for a in node.args],
                     keywords={kw.arg: ast.unparse(kw.value) for kw in node.keywords if kw.arg},
