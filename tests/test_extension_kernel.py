@@ -15,6 +15,7 @@ EMBEDDING_SETUP = "import torch\n%cudaguard simulate on\nemb = torch.nn.Embeddin
 
 def _report_json(kernel) -> dict:
     result = kernel.run("%cudaguard report --json")
+    assert result.status == "ok" and result.stdout.strip(), (result.status, result.outputs)
     return json.loads(result.stdout)
 
 

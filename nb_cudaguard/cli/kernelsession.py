@@ -110,7 +110,10 @@ class KernelSession:
                 result.outputs.append({"output_type": "error", **result.error, "traceback": content["traceback"]})
 
         try:
-            reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=on_output)
+            # stop_on_error=False: this client sends one cell at a time, so a failed cell has nothing queued behind
+            # it to abort; with it on, ipykernel 6 aborts whatever arrives before its event loop ends the abort,
+            # and a next cell sent the moment the failed one said idle was aborted unrun (1 run in 10 under load)
+            reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=on_output, stop_on_error=False)
         except (TimeoutError, queue.Empty):
             result.status = "timeout"
             return result
