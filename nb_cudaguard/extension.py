@@ -17,6 +17,7 @@ from traitlets.config import Configurable
 from nb_cudaguard.check.magics import EveryCell
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.incident.incident import Incident, build_incident
+from nb_cudaguard.incident.usercode import cell_filenames, note_cell
 from nb_cudaguard.record.capture import OutputCapture
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.relaunch.handoff_content import SessionState
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from IPython.core.magic import Magics
 
     from nb_cudaguard.panel.report import Report
+    from nb_cudaguard.panel.rerun import FiredCell
     from nb_cudaguard.relaunch.outcome import ReplayOutcome
 
 
@@ -82,7 +84,9 @@ class CudaGuard(Configurable):
         # the magics registered for this session, removed again on unload
         self.magics: list[Magics] = []
         # %cudaguard check on|off: the checks around every cell, shared with %%cudacheck
-        self.every_cell = EveryCell(shell)
+        self.every_cell = EveryCell(shell, rebuilds=self._rebuild_cells)
+        # the last cell whose fast check fired: what %cudaguard rerun and the buttons under its error act on
+        self.last_fired: FiredCell | None = None
         self._current: CellRecord | None = None
         self._started = 0.0
         # the simulated GPU was on before the extension loaded: unloading it leaves it on, else turns it off
@@ -179,6 +183,7 @@ class CudaGuard(Configurable):
     # --- hooks
     def pre_run_cell(self, info=None) -> None:
         source = getattr(info, "raw_cell", "") or ""
+        note_cell(self.shell, source, self.shell.execution_count)
         self._current = self.journal.start(source, self.shell.execution_count, getattr(info, "cell_id", None))
         if self.capture is not None:
             self.capture.begin_cell()
@@ -222,7 +227,7 @@ class CudaGuard(Configurable):
             output_tail=output.text if output else "",
             assertions=output.assertions if output else [],
             cell=record,
-            cell_filenames=dict(getattr(self.shell.compile, "_filename_map", {})),
+            cell_filenames=dict(cell_filenames(self.shell)),
             namespace=self.shell.user_ns,
         )
         record.cuda = incident.is_cuda
@@ -234,6 +239,25 @@ class CudaGuard(Configurable):
         self.last_report = report
         if self._should_show(report):
             self.show(report)
+        fast = sys.modules.get("nb_cudaguard.check.fast_error")  # loaded if a fast check can have fired
+        if fast is not None and isinstance(error, fast.FastCheckError):
+            self._offer_choices(record, error)
+
+    def _offer_choices(self, record: CellRecord, error) -> None:
+        """A fast check fired: remember the cell for ``%cudaguard rerun``, and put its buttons under the error."""
+        from nb_cudaguard.panel.rerun import FiredCell
+
+        self.last_fired = FiredCell(record, error)
+        if self.panel:
+            from nb_cudaguard.panel.fired import show_choices
+
+            show_choices(self, self.last_fired)
+
+    def _rebuild_cells(self, names: list[str]) -> list[tuple[str, list[str]]]:
+        """For a fired fast check's error, at the end of the running cell: the cells that rebuild ``names``."""
+        from nb_cudaguard.panel.rerun import rebuild_cells
+
+        return rebuild_cells(self.journal, names, self._current)
 
     def _should_show(self, report: Report) -> bool:
         if self.show_report != "auto":

@@ -19,6 +19,7 @@ _OPTIONS = {
     "check": {"state", "sync", "fast", "exact"},
     "restart": {"replay", "diagnose"} | _CELL_EDITS,
     "replay": {"dry_run", "all", "report"} | _CELL_EDITS,
+    "rerun": {"exact", "rebuild", "dry_run"},
 }
 _DEFAULTS = {"replay": "minimal"}
 
@@ -39,7 +40,8 @@ class CudaGuardMagics(Magics):
         "demo: a simulated device-side assert in a throw-away kernel; simulate on|off: a simulated GPU on this CPU "
         "(fault injection); check [on|off] [--fast|--exact]: check assert-prone torch ops in every cell; "
         "restart: restart the kernel in place and replay what the failing cell needs; replay: the replay plan "
-        "(--dry-run) or the last replay's report (--report).",
+        "(--dry-run) or the last replay's report (--report); rerun --exact|--rebuild: after a fast check fired, "
+        "run its cell again under the exact checks, or re-run the cells that build what it changed (no restart).",
     )
     @argument("state", nargs="?", choices=["on", "off"], help="for simulate and check")
     @argument("--markdown", action="store_true", help="report: Markdown, for pasting into an issue")
@@ -49,11 +51,16 @@ class CudaGuardMagics(Magics):
         action="store_true",
         help="check (the default): checks on the device, no synchronisation per op, one read when the cell ends",
     )
-    @argument("--exact", action="store_true", help="check: stop each bad op before it runs (a dispatch mode)")
+    @argument(
+        "--exact",
+        action="store_true",
+        help="check: stop each bad op before it runs (a dispatch mode); rerun: the fired cell, under %%%%cudacheck",
+    )
+    @argument("--rebuild", action="store_true", help="rerun: re-run the cells that build what the fired cell changed")
     @argument("--sync", action="store_true", help="check --exact: also synchronise after every op")
     @argument("--replay", choices=["minimal", "all", "none"], help="restart: which cells to replay (minimal)")
     @argument("--diagnose", action="store_true", help="restart: re-run the failing cell under %%%%cudacheck after")
-    @argument("--dry-run", action="store_true", help="replay: print the plan without running anything")
+    @argument("--dry-run", action="store_true", help="replay, rerun --rebuild: print the plan without running anything")
     @argument("--all", action="store_true", help="replay: every successful cell instead of the minimal plan")
     @argument("--report", action="store_true", help="replay: the report of the replay after the last restart")
     @argument("--add", type=int, nargs="+", default=[], metavar="N", help="restart, replay: also replay cells [N]")
@@ -141,6 +148,30 @@ class CudaGuardMagics(Magics):
             print(plan.to_text() + "\n\n" + plan_for(self.shell, self.guard, plan, **options).to_text())
             return
         print(plan.to_text())
+
+    def _cmd_rerun(self, args):
+        """After a fast check fired: its cell under the exact checks (its error becomes this cell's), or the cells
+        that build what it changed, re-run in this process (``panel.rerun``)."""
+        if args.exact == args.rebuild or (args.dry_run and not args.rebuild):
+            raise UsageError("%cudaguard rerun: say --exact (the fired cell under %%cudacheck) or --rebuild")
+        from nb_cudaguard.panel.rerun import fired_cell, numbered, rebuild
+        from nb_cudaguard.replay.plan import rebuild_plan
+
+        try:
+            fired = fired_cell(self.guard)
+        except LookupError as exc:
+            raise UsageError(f"%cudaguard rerun: {exc}") from None
+        if args.exact:
+            print(f"nb_cudaguard: running {fired.record.label} again under the exact checks (%%cudacheck)")
+            with numbered(self.shell, fired.record):
+                value = self.shell.run_cell_magic("cudacheck", "", fired.record.source)
+            print(f"nb_cudaguard: {fired.record.label} ran without a failure under the exact checks")
+            return value
+        if args.dry_run:
+            print(rebuild_plan(self.guard.journal, fired.error.changed_names, fired.record).to_text())
+            return None
+        print(rebuild(self.guard, fired).to_text())
+        return None
 
 
 def _carry_options(args) -> dict:

@@ -14,7 +14,8 @@ from traceback import FrameSummary
 from types import CodeType, FrameType
 from typing import Any, NamedTuple
 
-from nb_cudaguard.incident.usercode import cell_number, is_top_level, is_user_file, users_line
+from nb_cudaguard.incident.usercode import cell_filenames, cell_number, is_top_level, is_user_file, users_line
+from nb_cudaguard.record.journal import cell_label
 
 _MAX_MODULES = 200  # user-namespace modules searched for the owner of a weight
 
@@ -109,19 +110,19 @@ def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
 
 
 def describe_call(frame: FrameType) -> str:
-    """``M.forward, cell In[3], line 6: return self.emb(tokens)``: the function, then its line."""
+    """``M.forward, cell [3], line 6: return self.emb(tokens)``: the function, then its line."""
     code = frame.f_code
     return f"{getattr(code, 'co_qualname', code.co_name)}, {describe_line(frame)}"
 
 
 def describe_line(frame: FrameType | None) -> str | None:
-    """``cell In[4], line 3: loss = criterion(out, y)``, or the file and line for a script."""
+    """``cell [4], line 3: loss = criterion(out, y)``, or the file and line for a script."""
     if frame is None:
         return None
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     text = linecache.getline(filename, lineno, frame.f_globals).strip()
     cell = cell_of(filename)
-    where = f"cell In[{cell}]" if cell is not None else os.path.basename(filename)
+    where = f"cell {cell_label(cell)}" if cell is not None else os.path.basename(filename)
     return f"{where}, line {lineno}: {text}" if text else f"{where}, line {lineno}"
 
 
@@ -131,8 +132,7 @@ def cell_of(filename: str) -> int | None:
         from IPython import get_ipython
     except ImportError:
         return cell_number(filename, {})
-    compiler = getattr(get_ipython(), "compile", None)
-    return cell_number(filename, getattr(compiler, "_filename_map", None) or {})
+    return cell_number(filename, cell_filenames(get_ipython()))
 
 
 @dataclass

@@ -2,14 +2,17 @@
 
 Unlike the exact mode, the fast mode did not stop the op: it ran on safe values, and everything after it ran on
 its results. So the error says so, lists the names the cell assigned or changed (from the cell's own AST,
-``record.cellnames``), and gives the two ways on: re-run the cell under the exact mode, which stops the op before
-it runs and shows every offending value; or fix the input and re-run the cells that build those names (the
-journal knows which), with no restart, since no kernel asserted and the CUDA context is healthy.
+``record.cellnames``), and gives the two ways on, as commands (``%cudaguard rerun --exact|--rebuild``; in a
+notebook, as buttons under the error): re-run the cell under the exact mode, which stops the op before it runs and
+shows every offending value; or fix the input and re-run the cells that build those names, with no restart, since no
+kernel asserted and the CUDA context is healthy. Which cells those are is the replay planner's answer
+(``replay.plan.rebuild_plan``), handed in by the session as ``rebuilds``: this package sits below the planner.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from traceback import FrameSummary
 from types import ModuleType
@@ -20,7 +23,9 @@ from nb_cudaguard.check.fast_sites import Site
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
 from nb_cudaguard.record.cellnames import analyse
-from nb_cudaguard.record.journal import Journal
+
+# The cells that build these names again, as (cell label, the names it builds), in the order they would run.
+Rebuilds = Callable[[list[str]], list[tuple[str, list[str]]]]
 
 
 @dataclass
@@ -31,26 +36,14 @@ class Consequences:
     rebuild: list[tuple[str, list[str]]] = field(default_factory=list)  # (cell label, names it builds)
 
 
-def consequences(source: str | None, journal: Journal | None, namespace: dict | None = None) -> Consequences:
+def consequences(source: str | None, rebuilds: Rebuilds | None, namespace: dict | None = None) -> Consequences:
     """``namespace`` tells modules apart: ``F.cross_entropy(...)`` calls a method of ``F`` but changes nothing."""
     if not source:
         return Consequences()
     names = analyse(source)
     modules = {n for n in names.call_mutated if isinstance((namespace or {}).get(n), ModuleType)}
     changed = sorted((names.defined | names.mutated | names.deleted) - names.imported - modules)
-    rebuild: dict[str, list[str]] = {}
-    earlier = [c for c in (journal or []) if c.status == "ok"]
-    for name in changed:
-        for cell in reversed(earlier):
-            if name in cell.names.defined:
-                rebuild.setdefault(cell.label, []).append(name)
-                break
-    return Consequences(changed, sorted(rebuild.items(), key=lambda item: _count_of(item[0])))
-
-
-def _count_of(label: str) -> int:
-    digits = "".join(ch for ch in label if ch.isdigit())
-    return int(digits) if digits else 0
+    return Consequences(changed, rebuilds(changed) if rebuilds is not None and changed else [])
 
 
 class FastCheckError(CudaCheckError):
@@ -91,14 +84,18 @@ class FastCheckError(CudaCheckError):
         lines.extend(f"  also fired: {text}" for text in self.also)
         if self.changed_names:
             lines.append(f"  names this cell assigned or changed, now wrong: {', '.join(self.changed_names)}")
-        rerun = "re-run the cell under the exact checks (%%cudacheck as its first line: it stops the op before it"
-        rerun += " runs and lists every offending value)"
-        if self.rebuild_cells:
-            cells = ", ".join(f"In{label} ({', '.join(names)})" for label, names in self.rebuild_cells)
-            lines.append(f"  choices: {rerun}; or fix the input and re-run {cells}, then this cell (no restart).")
-        else:
-            lines.append(f"  choices: {rerun}; or fix the input and re-run this cell (no restart).")
+        lines.append(f"  choices: {self._choices()} (no restart: no kernel asserted, the context is healthy)")
         return lines
+
+    def _choices(self) -> str:
+        exact = (
+            "%cudaguard rerun --exact re-runs this cell under the exact checks (as %%cudacheck: they stop the op "
+            "before it runs and list every offending value)"
+        )
+        if not self.rebuild_cells:
+            return f"{exact}; or fix the input and run this cell again"
+        cells = ", ".join(f"{label} ({', '.join(names)})" for label, names in self.rebuild_cells)
+        return f"{exact}; or fix the input, then %cudaguard rerun --rebuild re-runs {cells}, then run this cell again"
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

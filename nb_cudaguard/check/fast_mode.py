@@ -18,18 +18,17 @@ from nb_cudaguard.check import render
 from nb_cudaguard.check.fast_board import BOARD
 from nb_cudaguard.check.fast_casts import CASTS
 from nb_cudaguard.check.fast_entries import PATCHES
-from nb_cudaguard.check.fast_error import FastCheckError, consequences, error_from
+from nb_cudaguard.check.fast_error import FastCheckError, Rebuilds, consequences, error_from
 from nb_cudaguard.check.fast_sites import SITES
-from nb_cudaguard.record.journal import Journal
 
 
 class FastChecker:
-    """``namespace``: the user's globals, to name their tensors; ``journal``: the session's cells, to say which
-    cells rebuild what a fired check made wrong."""
+    """``namespace``: the user's globals, to name their tensors; ``rebuilds``: the session's answer to which cells
+    rebuild what a fired check made wrong (``fast_error.Rebuilds``)."""
 
-    def __init__(self, namespace: dict | None = None, journal: Journal | None = None) -> None:
+    def __init__(self, namespace: dict | None = None, rebuilds: Rebuilds | None = None) -> None:
         self.namespace = namespace
-        self.journal = journal
+        self.rebuilds = rebuilds
         self.active = False
 
     def __enter__(self) -> FastChecker:
@@ -71,7 +70,7 @@ class FastChecker:
             return None
         BOARD.reset()
         return error_from(
-            [(f, SITES.by_number.get(f.site)) for f in firings], consequences(source, self.journal, self.namespace)
+            [(f, SITES.by_number.get(f.site)) for f in firings], consequences(source, self.rebuilds, self.namespace)
         )
 
     def check(self) -> None:

@@ -15,26 +15,31 @@ IPython calls after failing cells too; leaving tolerates modes the user pushed o
 from __future__ import annotations
 
 import ast
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from nb_cudaguard.incident.usercode import note_filename
+
 if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells that may never use it
     from IPython.core.interactiveshell import InteractiveShell
 
+    from nb_cudaguard.check.fast_error import Rebuilds
     from nb_cudaguard.check.fast_mode import FastChecker
     from nb_cudaguard.check.mode import Checker
-    from nb_cudaguard.record.journal import Journal
 
 
 class EveryCell:
     """The checks around every cell of one shell, while ``%cudaguard check on``: fast (default) or exact."""
 
-    def __init__(self, shell: InteractiveShell) -> None:
+    def __init__(self, shell: InteractiveShell, rebuilds: Rebuilds | None = None) -> None:
         self.shell = shell
+        self.rebuilds = rebuilds  # the session's replay planner, for the cells that rebuild what a check made wrong
         self.enabled = False
         self.sync = False
         self.fast = True
@@ -86,6 +91,17 @@ class EveryCell:
             return None
         return self.fast_checker.finish(self.source)
 
+    @contextlib.contextmanager
+    def running(self, source: str) -> Iterator[None]:
+        """For a cell run from inside another (a re-run, ``panel.rerun``), which gets no ``pre_run_cell``: a check
+        firing in it names what *it* assigned, and the cell around it still reads the boards when it ends."""
+        saved = self.source, self.ended
+        self.source = source
+        try:
+            yield
+        finally:
+            self.source, self.ended = saved
+
     def _enter(self) -> None:
         from nb_cudaguard.check.mode import Checker
 
@@ -100,7 +116,7 @@ class EveryCell:
         from nb_cudaguard.check.fast_cell import CURRENT, CellEnd
         from nb_cudaguard.check.fast_mode import FastChecker
 
-        self.fast_checker = FastChecker(namespace=self.shell.user_ns, journal=self._journal()).__enter__()
+        self.fast_checker = FastChecker(namespace=self.shell.user_ns, rebuilds=self.rebuilds).__enter__()
         self.ended = False  # the cell switching the checks on has no cell_end: its post_run_cell reads instead
         CURRENT.append(self)
         self.shell.ast_transformers.append(CellEnd())
@@ -116,16 +132,6 @@ class EveryCell:
         self.fast_checker.finish()  # what fired before the switch belongs to no cell any more
         self.fast_checker.leave()
         self.fast_checker = None
-
-    def _journal(self) -> Journal | None:
-        """The session's journal (``CudaGuard`` owns it and sits in the shell's configurables)."""
-        from nb_cudaguard.record.journal import Journal
-
-        for configurable in getattr(self.shell, "configurables", []):
-            journal = getattr(configurable, "journal", None)
-            if isinstance(journal, Journal):
-                return journal
-        return None
 
     def turn(self, enabled: bool, sync: bool = False, fast: bool = True) -> str:
         """``%cudaguard check on|off``: set the state and say it, as a line to print."""
@@ -186,6 +192,7 @@ class CudaCheckMagics(Magics):
         source = shell.transform_cell(cell)
         numbered = "\n" + source  # the body starts on the cell's second line
         filename = shell.compile.cache(numbered, shell.execution_count, raw_code="\n" + cell)
+        note_filename(filename, shell.execution_count)
         tree = ast.parse(numbered, filename=filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         namespace = shell.user_ns

@@ -17,7 +17,7 @@ from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.probe import Health, active_probe
 from nb_cudaguard.incident.usercode import cell_number, is_user_file, users_line
 from nb_cudaguard.record.assertions import AssertionRecord
-from nb_cudaguard.record.journal import CellRecord
+from nb_cudaguard.record.journal import CellRecord, cell_label
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Frame:
     @property
     def where(self) -> str:
         if self.cell is not None:
-            return f"cell [{self.cell}], line {self.lineno}"
+            return f"cell {cell_label(self.cell)}, line {self.lineno}"
         return f"{self.filename}:{self.lineno}"
 
     def to_dict(self) -> dict:

@@ -65,9 +65,43 @@ def is_user_file_in_log(filename: str) -> bool:
     return not any(marker in filename for marker in _INSTALLED_MARKERS)
 
 
+# IPython 7 keeps no map from a cell's filename to its number, and under ipykernel 6 it names each cell by a hash of
+# its source (``/tmp/ipykernel_<pid>/<hash>.py``), which no number can be read from: the names are noted here as the
+# cells start (``note_cell``), the last ``_NOTED_LIMIT`` of them.
+_NOTED: dict[str, int] = {}
+_NOTED_LIMIT = 10_000
+
+
+def cell_filenames(shell) -> Mapping[str, int]:
+    """Filename -> execution count of the cells ``shell`` compiled: IPython 8+'s own map, else the noted one."""
+    own = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return own if own is not None else _NOTED
+
+
+def note_cell(shell, raw_code: str, number: int | None) -> None:
+    """Note the name ``shell`` compiles ``raw_code`` under, where IPython keeps no map (7). Names that carry the
+    number themselves (``<ipython-input-N-hash>``) need none; a name the compiler cannot tell is left out."""
+    compiler = getattr(shell, "compile", None)
+    if number is None or compiler is None or getattr(compiler, "_filename_map", None) is not None:
+        return
+    try:
+        name = compiler.get_code_name(raw_code, raw_code, number)
+    except Exception:  # a compiler of another shape: the cells are then named as IPython's tracebacks name them
+        return
+    note_filename(name, number)
+
+
+def note_filename(name: str, number: int) -> None:
+    if name.startswith("<ipython-input-"):
+        return
+    if len(_NOTED) >= _NOTED_LIMIT:
+        del _NOTED[next(iter(_NOTED))]
+    _NOTED[name] = number
+
+
 def cell_number(filename: str, cell_filenames: Mapping[str, int]) -> int | None:
-    """The execution count of the notebook cell compiled under ``filename``, else None. IPython 8+ keeps the map
-    (``shell.compile._filename_map``); IPython 7 names cells ``<ipython-input-N-hash>``."""
+    """The execution count of the notebook cell compiled under ``filename``, else None, from ``cell_filenames``
+    (see ``cell_filenames()``); IPython 7's own names, ``<ipython-input-N-hash>``, carry it."""
     number = cell_filenames.get(filename)
     if number is None and filename.startswith("<ipython-input-"):
         digits = filename.split("-")[2:3]

@@ -45,3 +45,13 @@ def copy_report(markdown: str, area: Any, output: Any) -> None:
     with output:
         clear_output()
         display(Javascript(clipboard_script(markdown)))
+
+
+def make_button(w: Any, key: str, description: str, style: str, icon: str, on_click: Any) -> Any:
+    """A panel button as every panel draws it: its key as a CSS class (``nbcg-<key>``), its label as the tooltip."""
+    button = w.Button(
+        description=description, button_style=style, icon=icon, layout=w.Layout(width="auto"), tooltip=description
+    )
+    button.add_class(f"nbcg-{key}")
+    button.on_click(on_click)
+    return button

@@ -16,6 +16,7 @@ from typing import Any
 
 from nb_cudaguard.panel.actions import PanelActions, PanelSession
 from nb_cudaguard.panel.content import ReportContent, build, verdict_of
+from nb_cudaguard.panel.controls import make_button
 from nb_cudaguard.panel.memory import MemoryFacts, memory_facts, release
 from nb_cudaguard.panel.report import Report, text_bundle
 
@@ -111,12 +112,7 @@ class Panel(PanelActions):
 
     # --- building
     def _button(self, w, key: str, description: str, style: str, icon: str, handler) -> None:
-        button = w.Button(
-            description=description, button_style=style, icon=icon, layout=w.Layout(width="auto"), tooltip=description
-        )
-        button.add_class(f"nbcg-{key}")
-        button.on_click(self._guarded(handler))
-        self.buttons[key] = button
+        self.buttons[key] = make_button(w, key, description, style, icon, self._guarded(handler))
 
     def _plan_section(self, w):
         from html import escape

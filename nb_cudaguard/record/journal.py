@@ -25,6 +25,12 @@ class JournalError(ValueError, NbCudaguardError):
     """A journal that cannot be read back (corrupt, truncated, or from an unknown format)."""
 
 
+def cell_label(execution_count: int) -> str:
+    """``[4]``: a cell as the user sees it, by the execution count beside it; the one spelling the report, the
+    panel, the checks and the replay use (IPython's own tracebacks say ``In[4]``)."""
+    return f"[{execution_count}]"
+
+
 @dataclass
 class CellRecord:
     seq: int
@@ -58,7 +64,7 @@ class CellRecord:
 
     @property
     def label(self) -> str:
-        return f"[{self.execution_count}]" if self.execution_count is not None else f"#{self.seq}"
+        return cell_label(self.execution_count) if self.execution_count is not None else f"#{self.seq}"
 
     def to_dict(self, with_names: bool = True) -> dict:
         data: dict[str, Any] = {

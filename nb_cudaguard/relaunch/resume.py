@@ -25,7 +25,7 @@ from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
-from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, interruptible, tail
+from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, interruptible, numbered, tail
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
@@ -222,7 +222,7 @@ class _Resume:
             started = time.perf_counter()
             for index, record in enumerate(self._cells(), 1):
                 self._progress(index, record)
-                with self._numbered(record):
+                with numbered(self.shell, record):
                     result, output, seconds = await self._run_async(record.source)
                 if not self._record(record, result, output, seconds):
                     break
@@ -242,7 +242,7 @@ class _Resume:
         for index, record in enumerate(self._cells(), 1):
             self._progress(index, record)
             begun = time.perf_counter()
-            with captured() as output, self._numbered(record):
+            with captured() as output, numbered(self.shell, record):
                 result = self.shell.run_cell(record.source, silent=True)
             if not self._record(record, result, output.text(), time.perf_counter() - begun):
                 break
@@ -263,19 +263,6 @@ class _Resume:
                     source, silent=True, transformed_cell=transformed, preprocessing_exc_tuple=error
                 )
         return result, output.text(), time.perf_counter() - begun
-
-    @contextlib.contextmanager
-    def _numbered(self, record: CellRecord) -> Iterator[None]:
-        """A replayed cell is compiled under its own number, so that a traceback through code it defines (a model's
-        ``forward``) names the cell the user sees as ``[4]``, not the number the next cell will get."""
-        shell = self.shell
-        after = shell.execution_count
-        if record.execution_count is not None:
-            shell.execution_count = record.execution_count
-        try:
-            yield
-        finally:
-            shell.execution_count = after
 
     def _cells(self) -> Iterator[CellRecord]:
         """The cells to replay, less the training cells the snapshot replaces (``snapshot.restore``)."""

@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.relaunch import iopub_clients
 from nb_cudaguard.relaunch import kernel_internals as internals
 
@@ -58,6 +59,19 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def numbered(shell, record: CellRecord) -> Iterator[None]:
+    """A cell run again is compiled under its own number, so that a traceback through code it defines (a model's
+    ``forward``) names the cell the user sees as ``[4]``, not the number the next cell will get."""
+    after = shell.execution_count
+    if record.execution_count is not None:
+        shell.execution_count = record.execution_count
+    try:
+        yield
+    finally:
+        shell.execution_count = after
 
 
 def tail(text: str) -> str:

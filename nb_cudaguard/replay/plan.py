@@ -43,7 +43,7 @@ _PROCESS_MAGICS = frozenset(
 # Magics that bind names we cannot see (a script's globals, a restored store): kept, like a star import.
 _OPAQUE_MAGICS = frozenset({"run", "store"})
 # nb_cudaguard's own commands only show or steer things; running them again would do nothing useful.
-_OWN_SUBCOMMANDS = frozenset({"restart", "replay", "report", "status", "demo"})
+_OWN_SUBCOMMANDS = frozenset({"restart", "replay", "report", "status", "demo", "rerun"})
 
 
 @dataclass
@@ -117,7 +117,10 @@ class ReplayPlan:
             lines += [_row(step) for step in self.excluded]
         if self.unresolved:
             missing = ", ".join(sorted(self.unresolved))
-            lines.append(f"Read by the failing cell, but bound by no recorded cell: {missing}")
+            if self.mode == "rebuild":
+                lines.append(f"Built by the failing cell alone (only running it again rebuilds them): {missing}")
+            else:
+                lines.append(f"Read by the failing cell, but bound by no recorded cell: {missing}")
         lines += self.notes
         return "\n".join(lines)
 
@@ -189,10 +192,7 @@ def module_names(candidates: Iterable[CellRecord]) -> set[str]:
 def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[PlanStep], set[str], list[PlanStep]]:
     """Backward slice from the target. Globals read inside kept functions are read when the target calls them,
     so they join the target's own needs and the slice is taken again until nothing new turns up."""
-    modules = module_names(candidates)
-    binders: dict[str, set[str]] = {}
-    for record in candidates:
-        binders.update(record.names.function_globals)
+    modules, binders = module_names(candidates), _binders(candidates)
     earlier = [c for c in candidates if c.seq < target.seq]
     at_target = set(target.names.used) | target.names.mutated
     while True:
@@ -208,22 +208,39 @@ def _minimal(target: CellRecord, candidates: list[CellRecord]) -> tuple[list[Pla
     return chosen, {name for name in needed if name not in bound}, skipped + later
 
 
+def _binders(candidates: Iterable[CellRecord]) -> dict[str, set[str]]:
+    """Functions that bind globals (``global x``), by name: a cell calling one binds those names."""
+    binders: dict[str, set[str]] = {}
+    for record in candidates:
+        binders.update(record.names.function_globals)
+    return binders
+
+
 def _slice(
-    needed: set[str], earlier: list[CellRecord], modules: set[str], binders: dict[str, set[str]]
+    needed: set[str],
+    earlier: list[CellRecord],
+    modules: set[str],
+    binders: dict[str, set[str]],
+    within: set[str] | None = None,
 ) -> tuple[list[PlanStep], set[str]]:
-    """One backward pass. ``binders``: functions that bind globals, so that a cell calling them binds those."""
+    """One backward pass. ``binders``: functions that bind globals, so that a cell calling them binds those.
+    ``within``: the only names that need building (the rest of a living namespace is right), so a kept cell's
+    other reads are not followed, and only cells that bind or change a needed name are kept."""
     needed = set(needed)
     chosen: list[PlanStep] = []
     for record in reversed(earlier):
         names = record.names
         changed = names.mutated - (names.call_mutated & modules)
         called = set().union(*(binders.get(name, set()) for name in names.used - names.defined))
-        reason = keep_reason(record, (names.defined | names.deleted | called) & needed, changed & needed)
+        bound = (names.defined | names.deleted | called) & needed
+        if within is not None and not (bound or changed & needed):
+            continue
+        reason = keep_reason(record, bound, changed & needed)
         if reason is None:
             continue
         chosen.append(PlanStep(record, reason))
         needed -= names.rebound
-        needed |= names.used | changed
+        needed |= (names.used | changed) if within is None else (names.used | changed) & within
     chosen.reverse()
     return chosen, needed
 
@@ -297,6 +314,22 @@ def build_plan(
     _apply_edits(plan, journal, replayable, add, drop)
     plan.excluded += never
     plan.excluded.sort(key=lambda s: s.record.seq)
+    return plan
+
+
+def rebuild_plan(journal: Journal, names: Iterable[str], target: CellRecord) -> ReplayPlan:
+    """The cells that build ``names`` again in the living process, with no restart: after a fast check fired,
+    ``target`` (the cell that ran on clamped values) left those names wrong and everything else right. Walking back
+    from it, keep each earlier successful cell that binds or changes a wrong name, and follow only the wrong names
+    it reads; ``target`` itself is never part of it. ``unresolved``: names no earlier cell binds (``target`` made
+    them), which only running ``target`` again rebuilds."""
+    wanted = set(names)
+    plan = ReplayPlan(mode="rebuild", target=target)
+    replayable = [record for record in journal if _exclusion(record, target) is None]
+    earlier = [record for record in replayable if record.seq < target.seq]
+    plan.steps, needed = _slice(wanted, earlier, module_names(replayable), _binders(replayable), within=wanted)
+    bound = set().union(*(record.names.defined for record in earlier)) if earlier else set()
+    plan.unresolved = {name for name in needed if name not in bound}
     return plan
 
 

@@ -50,7 +50,7 @@ def test_check_on_is_fast_and_raises_when_the_cell_ends(shell, capsys) -> None:
         [(1,)],
         1,
     )
-    assert "line 1: loss = F.cross_entropy(logits, labels)" in err.user_line and "cell In[" in err.user_line
+    assert "line 1: loss = F.cross_entropy(logits, labels)" in err.user_line and "cell [" in err.user_line
     assert err.changed_names == ["after", "loss"]
     message = str(err)
     assert "wrong from this op on" in message and "%%cudacheck" in message
@@ -68,7 +68,7 @@ def test_rebuild_cells_come_from_the_journal(shell) -> None:
     assert isinstance(err, FastCheckError) and err.family == "one_hot_num_classes" and err.variable == "labels"
     assert err.changed_names == ["scores"]
     assert [names for _, names in err.rebuild_cells] == [["scores"]]
-    assert "re-run In[" in str(err)
+    assert "%cudaguard rerun --rebuild re-runs [" in str(err)
 
 
 def test_exact_option_and_usage(shell) -> None:

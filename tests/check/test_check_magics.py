@@ -58,7 +58,7 @@ def test_cudacheck_names_variable_line_and_range(shell) -> None:
     )
     assert err.values == [5] and err.positions == [(1,)] and err.count == 1
     assert "line 3: loss = F.cross_entropy(logits, labels)" in err.user_line  # numbered as the user sees the cell
-    assert "cell In[" in err.user_line
+    assert "cell [" in err.user_line
     assert _stack() == []  # the checker left
     ok = shell.run_cell("float(F.cross_entropy(logits, labels.clamp(max=4)))")  # the next cell runs
     assert ok.error_in_exec is None and isinstance(ok.result, float)

@@ -59,13 +59,13 @@ def colours(shell):
 def test_cudacheck_error_is_a_compact_block_of_the_user_s_frames(shell) -> None:
     err, shown = _run(shell, "%%cudacheck\nout = m(ids)\n")
     assert isinstance(err, CudaCheckError)
-    cell = _cell(err.user_line, "cell In[", "], line 2: out = m(ids)")  # the running cell's line, not forward's
+    cell = _cell(err.user_line, "cell [", "], line 2: out = m(ids)")  # the running cell's line, not forward's
     assert err.via is not None and "return self.emb(tokens)" in err.via
-    assert _cell(err.via, "M.forward, cell In[", "], line 8: return self.emb(tokens)") < cell
+    assert _cell(err.via, "M.forward, cell [", "], line 8: return self.emb(tokens)") < cell
     lines = ANSI.sub("", shown).strip().splitlines()
     assert lines[0] == (
         f"CudaCheckError: aten.embedding: argument indices (ids) has 1 value(s) outside [0, 10): 12 at [2]; "
-        f"at cell In[{cell}], line 2: out = m(ids)"
+        f"at cell [{cell}], line 2: out = m(ids)"
     )
     frames = lines[1:-3]
     assert frames[frames.index("----> 2 out = m(ids)") + 2 :][0].endswith(
@@ -80,7 +80,7 @@ def test_cudacheck_error_is_a_compact_block_of_the_user_s_frames(shell) -> None:
     assert len(lines) <= 16, shown  # IPython 7 shows two more lines of context per frame
     # str() stays the whole message, for code that logs or parses it
     assert "  offending values: 12 at [2]" in str(err)
-    assert f"  at: cell In[{cell}], line 2: out = m(ids) (via M.forward, cell In[" in str(err)
+    assert f"  at: cell [{cell}], line 2: out = m(ids) (via M.forward, cell [" in str(err)
 
 
 def test_the_block_keeps_ipython_s_colours_and_exception_modes(colours) -> None:
@@ -113,14 +113,14 @@ def test_fast_check_error_shows_where_the_op_ran_not_the_cell_s_end(shell) -> No
         err, shown = _run(shell, "x = 1\nout = m(ids)\ny = 2\n")
     finally:
         shell.run_line_magic("cudaguard", "check off")
-    cell = _cell(err.user_line, "cell In[", "], line 2: out = m(ids)")
+    cell = _cell(err.user_line, "cell [", "], line 2: out = m(ids)")
     assert type(err).__name__ == "FastCheckError" and err.variable == "ids"
     lines = ANSI.sub("", shown).strip().splitlines()
     assert lines[0].startswith("FastCheckError: F.embedding: argument indices (ids) had 1 invalid value(s)")
-    assert lines[0].endswith(f"12 at [2]; at cell In[{cell}], line 2: out = m(ids)")
+    assert lines[0].endswith(f"12 at [2]; at cell [{cell}], line 2: out = m(ids)")
     assert "line 2" in lines[1] and lines[2].strip() == "out = m(ids)"
     assert lines[3].endswith("in M.forward") and lines[4].strip() == "return self.emb(tokens)"
     assert "y = 2" not in shown  # the cell's last line, where the error was raised, is not where the op ran
     assert not [line for line in lines if any(word in line for word in NOT_THE_USER_S)]
     assert lines[-1].startswith("  choices: ") and "names this cell assigned or changed" in shown
-    assert f"  at: cell In[{cell}], line 2: out = m(ids) (via M.forward, cell In[" in str(err)
+    assert f"  at: cell [{cell}], line 2: out = m(ids) (via M.forward, cell [" in str(err)
