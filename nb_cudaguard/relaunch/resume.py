@@ -67,7 +67,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
             from tornado.ioloop import IOLoop
 
             kept = KeptRequests(kernel, [list(r) for r in pending_requests(exc.document.get("payload", {}))])
-            IOLoop.current().add_callback(kept.refuse, "The restart handoff was refused (see the kernel log).")
+            IOLoop.current().add_callback(kept.refuse_first, "The restart handoff was refused (see the kernel log).")
         return
     finally:
         os.environ.pop(handoff.ENV_SECRET, None)

@@ -3,6 +3,7 @@ interruptible, their output kept for the report) and the requests kept during th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -21,6 +22,7 @@ class KeptRequests:
     def __init__(self, kernel, frames: list[list[bytes]]) -> None:
         self.kernel = kernel
         self.frames = frames
+        self._task: asyncio.Future | None = None  # the scheduled refusal, kept referenced until it ends
 
     async def run(self) -> int:
         """Run each request as if it had just arrived, in order, replying to its own client."""
@@ -28,22 +30,31 @@ class KeptRequests:
             await internals.dispatch_raw(self.kernel, frames)
         return len(self.frames)
 
+    def refuse_first(self, reason: str) -> None:
+        """Schedule ``refuse`` ahead of every request that comes in meanwhile (called on the event loop)."""
+        self._task = internals.run_first(self.kernel, lambda: self.refuse(reason))
+
     async def refuse(self, reason: str) -> None:
-        """Answer each *signed* request without running it: an execute request gets a clear error instead."""
+        """Answer each *signed* request without running it: an execute request gets a clear error instead. Under
+        the shell lock (ipykernel 7), so that no request runs before these are answered; and, as after a replay,
+        the next request waits until a client has subscribed again (see ``iopub_clients``)."""
         if not self.frames:
             return
-        await iopub_clients.wait_for_clients(self.kernel)
-        session = self.kernel.session
-        for frames in self.frames:
-            try:
-                idents, rest = session.feed_identities(frames)
-                msg = session.deserialize(rest)  # checks the request's own signature with the kernel's key
-            except Exception:
-                continue  # not from a client of this kernel: not answered
-            if msg["header"].get("msg_type") == "execute_request":
-                text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
-                msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
-            await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
+        lock = internals.main_lock(self.kernel)
+        async with lock if lock is not None else contextlib.nullcontext():
+            await iopub_clients.wait_for_clients(self.kernel)
+            session = self.kernel.session
+            for frames in self.frames:
+                try:
+                    idents, rest = session.feed_identities(frames)
+                    msg = session.deserialize(rest)  # checks the request's own signature with the kernel's key
+                except Exception:
+                    continue  # not from a client of this kernel: not answered
+                if msg["header"].get("msg_type") == "execute_request":
+                    text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
+                    msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
+                await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
+            await iopub_clients.wait_for_clients(self.kernel, seconds=iopub_clients.CLIENT_WAIT)
 
 
 @contextlib.contextmanager
