@@ -15,7 +15,7 @@ ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPAT
 def value(kernel: KernelSession, expression: str):
     """The value of an expression in the kernel (its repr must be a Python literal)."""
     result = kernel.run(f"print(repr({expression}))", timeout=60)
-    assert result.status == "ok", (expression, result.error, result.stderr)
+    assert result.status == "ok", (expression, result.status, result.error, result.stderr)
     return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
 

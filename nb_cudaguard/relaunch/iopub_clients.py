@@ -39,6 +39,16 @@ async def wait_for_clients(kernel, seconds: float | None = None) -> None:
     await asyncio.sleep(0.05)  # the shell socket reconnects alongside iopub
 
 
+async def hold_until_subscribed(kernel) -> None:
+    """After the kept requests are answered: the next request waits (at most ``CLIENT_WAIT``) until a client has
+    subscribed again, since one that read its replies before its iopub subscribes only when it next reads iopub.
+    Only where a welcome proves the subscription (``watch_welcomes_from_start``); elsewhere there is no sign to
+    wait for, and on ipykernel 6 holding its queue would also keep a failed request's abort going (it is ended by
+    an item queued behind), so that the next cell would be aborted."""
+    if _WELCOMES.watched_from_start:
+        await wait_for_clients(kernel, seconds=CLIENT_WAIT)
+
+
 def clients_are_back(kernel) -> bool:
     """Has a client subscribed to iopub again (so that what is published now reaches it)?
 

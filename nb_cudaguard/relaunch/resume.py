@@ -230,9 +230,7 @@ class _Resume:
             await iopub_clients.wait_for_clients(self.kernel)  # what runs next must not publish into the void
             if self.requests is not None:
                 self.outcome.served = await self.requests.run()
-            # a client that waited for those replies before reading iopub subscribes only now: its next request
-            # waits for that (bounded), rather than publishing its output into the void
-            await iopub_clients.wait_for_clients(self.kernel, seconds=iopub_clients.CLIENT_WAIT)
+            await iopub_clients.hold_until_subscribed(self.kernel)  # see there
             # the frontends last heard "starting" (the new process's first status): without this they show the
             # kernel starting until the user's next cell
             internals.publish_status(self.kernel, "idle")

@@ -31,8 +31,9 @@ class KeptRequests:
         return len(self.frames)
 
     def refuse_first(self, reason: str) -> None:
-        """Schedule ``refuse`` ahead of every request that comes in meanwhile (called on the event loop)."""
-        self._task = internals.run_first(self.kernel, lambda: self.refuse(reason))
+        """Schedule ``refuse`` (called on the event loop): ahead of every request on ipykernel 7, whose shell lock
+        it takes; beside ipykernel 6's queue, which must stay free to end the abort a refused cell starts."""
+        self._task = asyncio.ensure_future(self.refuse(reason))
 
     async def refuse(self, reason: str) -> None:
         """Answer each *signed* request without running it: an execute request gets a clear error instead. Under
@@ -54,7 +55,7 @@ class KeptRequests:
                     text = f"nb_cudaguard: this cell was sent while the kernel restarted and was not run. {reason}"
                     msg["content"] = {**msg["content"], "code": f"raise RuntimeError({text!r})", "silent": False}
                 await internals.dispatch_raw(self.kernel, session.serialize(msg, ident=idents))
-            await iopub_clients.wait_for_clients(self.kernel, seconds=iopub_clients.CLIENT_WAIT)
+            await iopub_clients.hold_until_subscribed(self.kernel)
 
 
 @contextlib.contextmanager
