@@ -164,7 +164,7 @@ class CudaGuardMagics(Magics):
         if args.exact:
             print(f"nb_cudaguard: running {fired.record.label} again under the exact checks (%%cudacheck)")
             with numbered(self.shell, fired.record):
-                value = self.shell.run_cell_magic("cudacheck", "", fired.record.source)
+                value = self.shell.run_cell_magic("cudacheck", "--as-recorded", fired.record.source)
             print(f"nb_cudaguard: {fired.record.label} ran without a failure under the exact checks")
             return value
         if args.dry_run:

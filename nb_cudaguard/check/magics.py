@@ -163,6 +163,11 @@ class CudaCheckMagics(Magics):
     @argument(
         "--sync", action="store_true", help="also synchronise after every op, to pin other asynchronous CUDA errors"
     )
+    @argument(
+        "--as-recorded",
+        action="store_true",
+        help="the body is a recorded cell run again: number its lines as in that cell (line 1 is its first line)",
+    )
     @cell_magic
     def cudacheck(self, line: str, cell: str):
         """Run the cell with every assert-prone torch op checked before it launches.
@@ -179,19 +184,20 @@ class CudaCheckMagics(Magics):
             previous = active.mode.sync
             active.mode.sync = previous or args.sync
             try:
-                return self._run(cell)
+                return self._run(cell, args.as_recorded)
             finally:
                 active.mode.sync = previous
         from nb_cudaguard.check.mode import Checker
 
         with Checker(sync=args.sync, namespace=self.every_cell.shell.user_ns):
-            return self._run(cell)
+            return self._run(cell, args.as_recorded)
 
-    def _run(self, cell: str):
+    def _run(self, cell: str, as_recorded: bool = False):
         shell = self.every_cell.shell
         source = shell.transform_cell(cell)
-        numbered = "\n" + source  # the body starts on the cell's second line
-        filename = shell.compile.cache(numbered, shell.execution_count, raw_code="\n" + cell)
+        above = "" if as_recorded else "\n"  # typed as a cell's first line, the magic puts the body on line 2
+        numbered = above + source
+        filename = shell.compile.cache(numbered, shell.execution_count, raw_code=above + cell)
         note_filename(filename, shell.execution_count)
         tree = ast.parse(numbered, filename=filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None

@@ -103,7 +103,7 @@ def fired_cell(guard: RerunSession) -> FiredCell:
 
 def exact_source(fired: FiredCell) -> str:
     """The failing cell, as ``%%cudacheck`` runs it."""
-    return "%%cudacheck\n" + fired.record.source
+    return "%%cudacheck --as-recorded\n" + fired.record.source
 
 
 def rerun_exact(guard: RerunSession, fired: FiredCell) -> BaseException | None:

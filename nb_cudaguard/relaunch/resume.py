@@ -354,8 +354,8 @@ class _Resume:
         if target is None:  # _should_diagnose checked it
             return "skipped: no failing cell to check"
         source = target.source
-        with captured() as output, interruptible():
-            result = self.shell.run_cell("%%cudacheck\n" + source, silent=True)
+        with captured() as output, interruptible(), numbered(self.shell, target):  # its label and lines, as recorded
+            result = self.shell.run_cell("%%cudacheck --as-recorded\n" + source, silent=True)
         error = result.error_before_exec or result.error_in_exec
         if error is None:
             return "the failing cell ran without a failure under %%cudacheck" + tail(output.text())

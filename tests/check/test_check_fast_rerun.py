@@ -71,7 +71,7 @@ def test_rerun_exact_stops_the_same_op_with_the_same_family_and_variable(fired) 
     assert exact.op == "aten.embedding" and exact.values == [12]
     label = get_guard(shell).last_fired.record.label
     assert f"running {label} again under the exact checks" in shown.stdout
-    assert f"cell {label}" in exact.user_line and "feats = feats + emb(ids)" in exact.user_line
+    assert f"cell {label}, line 1: feats = feats + emb(ids)" in exact.user_line  # its label and line, as recorded
     assert shell.user_ns["feats"].ne(1).any()  # the exact checks stopped the op: feats is still the fast run's
 
     _run(shell, "ids = torch.tensor([1, 2])")  # the input fixed: the same command now runs through

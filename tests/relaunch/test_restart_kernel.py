@@ -417,4 +417,6 @@ def test_restart_replay_and_diagnose_says_the_narrowed_cause_and_the_users_varia
     run_ok(kernel, "%cudaguard restart --diagnose --no-carry")
     said = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.diagnosis")
     assert "CudaCheckError" in said and "Likely cause:" in said, said
+    # the failing cell's own label and line, as the user saw it, not the re-run's
+    assert f"at: cell [{failed.execution_count}], line 1: loss = F.cross_entropy(" in said, said
     assert "num_classes_mismatch" in said and "in y" in said, said  # the check's values, the workspace's family
