@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from nb_cudaguard.check.magics import EveryCell
 from nb_cudaguard.record.journal import CellRecord, Journal
-from nb_cudaguard.relaunch.running import OUTPUT_TAIL, captured, interruptible, numbered
+from nb_cudaguard.relaunch.running import OUTPUT_TAIL, captured, interruptible, numbered, under_exact_checks
 from nb_cudaguard.replay.plan import ReplayPlan, rebuild_plan
 
 
@@ -101,16 +101,11 @@ def fired_cell(guard: RerunSession) -> FiredCell:
     return guard.last_fired
 
 
-def exact_source(fired: FiredCell) -> str:
-    """The failing cell, as ``%%cudacheck`` runs it."""
-    return "%%cudacheck --as-recorded\n" + fired.record.source
-
-
 def rerun_exact(guard: RerunSession, fired: FiredCell) -> BaseException | None:
     """Run the failing cell again under the exact checks, from outside any cell (a button): its error, which the
     shell has shown (``showtraceback``), or None if it ran through."""
     with numbered(guard.shell, fired.record), interruptible(), guard.every_cell.running(fired.record.source):
-        result = guard.shell.run_cell(exact_source(fired), silent=True)
+        result = guard.shell.run_cell(under_exact_checks(fired.record), silent=True)
     return result.error_before_exec or result.error_in_exec
 
 

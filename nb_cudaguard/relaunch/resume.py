@@ -25,7 +25,15 @@ from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
-from nb_cudaguard.relaunch.running import OUTPUT_TAIL, KeptRequests, captured, interruptible, numbered, tail
+from nb_cudaguard.relaunch.running import (
+    OUTPUT_TAIL,
+    KeptRequests,
+    captured,
+    interruptible,
+    numbered,
+    tail,
+    under_exact_checks,
+)
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
@@ -353,9 +361,8 @@ class _Resume:
         target = self.outcome.plan.target
         if target is None:  # _should_diagnose checked it
             return "skipped: no failing cell to check"
-        source = target.source
-        with captured() as output, interruptible(), numbered(self.shell, target):  # its label and lines, as recorded
-            result = self.shell.run_cell("%%cudacheck --as-recorded\n" + source, silent=True)
+        with captured() as output, interruptible(), numbered(self.shell, target):
+            result = self.shell.run_cell(under_exact_checks(target), silent=True)
         error = result.error_before_exec or result.error_in_exec
         if error is None:
             return "the failing cell ran without a failure under %%cudacheck" + tail(output.text())

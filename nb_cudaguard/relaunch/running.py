@@ -86,6 +86,12 @@ def numbered(shell, record: CellRecord) -> Iterator[None]:
         shell.execution_count = after
 
 
+def under_exact_checks(record: CellRecord) -> str:
+    """A recorded cell's source as ``run_cell`` runs it under the exact checks, its lines numbered as recorded
+    (run inside ``numbered``, it keeps its label too)."""
+    return "%%cudacheck --as-recorded\n" + record.source
+
+
 def tail(text: str) -> str:
     text = text.strip()
     return f"\n{text[-OUTPUT_TAIL:]}" if text else ""

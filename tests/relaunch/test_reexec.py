@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from kernel_helpers import ENV, value
+from kernel_helpers import ENV, SENDS_WELCOME, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 from nb_cudaguard.relaunch import reexec
@@ -30,7 +30,6 @@ def test_a_kernel_started_with_a_config_file_of_its_own_keeps_it(monkeypatch, ow
 def test_the_config_file_sees_the_welcome_a_client_got_before_any_extension_loaded():
     """A client subscribes as the kernel starts, long before the extension loads; only a watch started by the
     config file, before ipykernel's iopub thread, sees that welcome (ipykernel 7; 6 sends none)."""
-    welcomes = int(__import__("ipykernel").__version__.split(".")[0]) >= 7
     with KernelSession(extra_env=ENV, extra_args=[reexec.CONFIG_ARG]) as kernel:
         seen = "__import__('nb_cudaguard.relaunch.iopub_clients').relaunch.iopub_clients._WELCOMES"
-        assert value(kernel, f"({seen}.watched_from_start, {seen}.seen.is_set())") == (welcomes, welcomes)
+        assert value(kernel, f"({seen}.watched_from_start, {seen}.seen.is_set())") == (SENDS_WELCOME, SENDS_WELCOME)

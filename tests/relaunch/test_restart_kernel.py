@@ -9,14 +9,14 @@ import sys
 import time
 
 import pytest
-from kernel_helpers import ENV, run_ok, state, value
+from kernel_helpers import ENV, SENDS_WELCOME, run_ok, state, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 
 # ipykernel 7 says when a client subscribes to iopub (its welcome message); ipykernel 6's iopub is a PUB socket that
 # says nothing, so there a client that does not read iopub during the restart can lose output (docs/restart.md).
 needs_welcome = pytest.mark.skipif(
-    int(__import__("ipykernel").__version__.split(".")[0]) < 7,
+    not SENDS_WELCOME,
     reason="ipykernel 6 gives no sign of a client's iopub subscription",
 )
 
