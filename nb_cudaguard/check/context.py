@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from traceback import FrameSummary
 from types import CodeType, FrameType
@@ -82,14 +83,9 @@ class UserPath(NamedTuple):
         return found
 
 
-def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
-    """The user's frames from ``start`` outward, up to the running cell's own top-level frame (what calls that
-    cell is not looked at: the walk ends there). ``known``: a cache of code facts kept across calls. Runs on every
-    call of a fast-checked op: one dict lookup per frame."""
-    known = {} if known is None else known
-    frames: list[FrameType] = []
-    facts: list[CodeFacts] = []
-    spots: list[tuple[int, int]] = []
+def _user_frames(start: FrameType | None, known: Known) -> Iterator[tuple[FrameType, CodeFacts]]:
+    """The user's frames from ``start`` outward, with their facts, up to the running cell's own top-level frame
+    (what calls that cell is not looked at: the walk ends there). One dict lookup per frame."""
     frame = start
     while frame is not None:
         code = frame.f_code
@@ -97,16 +93,26 @@ def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
         if found is None or found[5] is not code:
             found = code_facts(code, known)
         if found[0]:
-            frames.append(frame)
-            facts.append(found)
-            spots.append((id(code), frame.f_lineno))
+            yield frame, found
             if found[4]:
-                break
+                return
         frame = frame.f_back
-    frames.reverse()
-    facts.reverse()
-    spots.reverse()
-    return UserPath(frames, facts, tuple(spots))
+
+
+def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
+    """The user's frames from ``start`` up to the running cell, outermost first. ``known``: a cache of code facts
+    kept across calls. Runs for a path :func:`user_spots` has not seen."""
+    walked = list(_user_frames(start, {} if known is None else known))
+    walked.reverse()
+    spots = tuple((id(frame.f_code), frame.f_lineno) for frame, _ in walked)
+    return UserPath([frame for frame, _ in walked], [facts for _, facts in walked], spots)
+
+
+def user_spots(start: FrameType | None, known: Known) -> tuple[tuple[int, int], ...]:
+    """What tells one path through the user's code from another, innermost first: (id of the code, bytecode
+    offset) of each user frame. The key of a cache on every fast-checked call, so it builds nothing else and reads
+    offsets, not line numbers (a line number is decoded from the code's table)."""
+    return tuple((id(frame.f_code), frame.f_lasti) for frame, _ in _user_frames(start, known))
 
 
 def describe_call(frame: FrameType) -> str:

@@ -14,17 +14,31 @@ later ones change nothing. The board is read with one transfer per device when t
 graph that took it as an input keeps writing to the same tensor).
 
 float64 holds every index below 2**53 and every probability exactly, NaN included, so one dtype serves both.
+
+A check's verdict is computed at once (its mask of bad values, on the op's own arguments), but folding it into the
+board waits (:meth:`Board.defer`): the folds of up to ``HOLD_ENTRIES`` checks run together, at the cell's end or when
+that many are held. Why: a fold is about ten small tensor ops, and run one at a time between the training step's
+own ops each one finds the CPU's caches cold (about 100 µs a fold on a small step instead of 34 µs in a row); a
+launch-bound step spent most of the fast mode's cost there (docs/performance.md). Held are the input and the mask
+(at most ``HOLD_ELEMENTS`` elements in all, so memory stays small); an input changed in place before its fold (a
+reused batch buffer) is caught by its version counter, and its value is then reported as unknown rather than read
+from what the buffer holds by then. Under ``torch.compile`` and during a CUDA graph capture the fold is immediate
+(it must be in the graph), and so is the fold of an input too large to hold.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 TAG_UNIT = 2**36  # counts stay below it; sites stay below 2**16, so tags stay exact in float64
+STALE = 2**35  # added to a tag: the input changed in place before its fold, so the value read is not its value
 MAX_SITES = 2**16 - 1
+HOLD_ENTRIES = 64  # checks whose folds wait before they are folded together
+HOLD_ELEMENTS = 1 << 18  # elements held in all (inputs and masks); a larger input is folded at once
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,7 @@ class Firing:
     count: int
     value: float
     flat_position: int
+    value_known: bool = True  # False: the input was changed in place before the fold (a reused buffer)
 
 
 class Board:
@@ -50,6 +65,8 @@ class Board:
         self._tags: dict[tuple[Any, Any, int], Any] = {}
         self.active = 0  # FastChecker entries holding the patches in place
         self.suspended = 0
+        self._waiting: list[tuple[int, Any, Any, int]] = []  # (site, input, mask, input's version) in call order
+        self._held = 0
 
     def state(self, device) -> Any:
         found = self.tensors.get(device)
@@ -77,16 +94,60 @@ class Board:
             self._tags[key] = found
         return found
 
+    def defer(self, site: int, x, bad) -> None:
+        """Fold ``bad`` (shaped like ``x``, a detached input) later, in call order (so the first firing still
+        sticks); at once where it cannot wait: an input too large to hold, or one without a version counter
+        (made under ``torch.inference_mode``), whose in-place change could not be seen."""
+        if bad.numel() > HOLD_ELEMENTS or x.is_inference():
+            fold(site, x, bad, self.tag(site, x))
+            return
+        self._waiting.append((site, x, bad, x._version))
+        self._held += bad.numel()
+        if len(self._waiting) >= HOLD_ENTRIES or self._held >= HOLD_ELEMENTS:
+            self.fold_waiting()
+
+    def fold_waiting(self) -> None:
+        """The held checks' folds, in the order the checks ran (mid-cell, when too many are held); a changed
+        input's record says so (``STALE``)."""
+        waiting, self._waiting, self._held = self._waiting, [], 0
+        self._fold_all(waiting)
+
+    def _fold_all(self, entries: list[tuple[int, Any, Any, int]]) -> None:
+        for site, x, bad, version in entries:
+            fold(site, x, bad, self.tag(site, x), stale=x._version != version)
+
     def read(self) -> list[Firing]:
-        """Every device's first firing: one device-to-host transfer per board (the cell's one synchronisation)."""
+        """Every device's first firing: one device-to-host transfer per board (the cell's one synchronisation).
+
+        The checks still held are not folded first: whether any of them fired travels with the board, as one more
+        number reduced from their masks, and only if one did (the cell has failed; a second read costs nothing
+        that matters then) are they folded, in order, to find the first."""
+        held: dict[Any, list[tuple[int, Any, Any, int]]] = {}
+        for entry in self._waiting:
+            held.setdefault(entry[2].device, []).append(entry)
+        self._waiting, self._held = [], 0
         firings = []
-        for device, state in list(self.tensors.items()):
-            count, value, position, tag = state.tolist()
+        for device in {**self.tensors, **held}:
+            state = self.state(device)
+            entries = held.get(device)
+            if entries:
+                fired = torch.cat([bad.reshape(-1) for _, _, bad, _ in entries]).any().reshape(1)
+                count, value, position, tag, held_fired = torch.cat([state, fired.to(state.dtype)]).tolist()
+                if held_fired and not tag:
+                    self._fold_all(entries)
+                    count, value, position, tag = state.tolist()
+            else:
+                count, value, position, tag = state.tolist()
             if tag:
-                firings.append(Firing(str(device), int(tag // TAG_UNIT), int(count), value, int(position)))
+                site, rest = divmod(int(tag), TAG_UNIT)
+                known = rest < STALE
+                firings.append(
+                    Firing(str(device), site, int(count), value if known else math.nan, int(position), known)
+                )
         return firings
 
     def reset(self) -> None:
+        self._waiting, self._held = [], 0
         for state in self.tensors.values():
             state.zero_()
 
@@ -94,7 +155,7 @@ class Board:
 BOARD = Board()
 
 
-def fold(site: int, x, bad, tag=None) -> None:
+def fold(site: int, x, bad, tag=None, stale: bool = False) -> None:
     """Record ``bad`` (a boolean tensor shaped like ``x``) on ``x``'s board, without reading anything back.
 
     Eight tensor ops: the count, the first offending position (``max`` over a boolean returns the first True),
@@ -110,6 +171,8 @@ def fold(site: int, x, bad, tag=None) -> None:
     exact = x.dtype == torch.int64
     if tag is None:
         tag = torch.full((), site * TAG_UNIT, dtype=torch.int64 if exact else torch.float64, device=x.device)
+    if stale:
+        tag = tag + STALE
     if exact:
         record = torch.stack([count, value, position, tag])
     else:

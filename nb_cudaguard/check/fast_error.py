@@ -63,8 +63,10 @@ class FastCheckError(CudaCheckError):
         also: list[str],
         flat_position: bool,
         frames: list[FrameSummary] | None = None,
+        value_known: bool = True,
         **fields: Any,
     ) -> None:
+        self.value_known = value_known
         self.changed_names = consequences.changed
         self.rebuild_cells = consequences.rebuild
         self.also = also
@@ -74,6 +76,8 @@ class FastCheckError(CudaCheckError):
 
     def _values_text(self) -> str:
         where = _position_text(self.positions[0]) + (" (flat index)" if self.flat_position else "")
+        if not self.value_known:
+            return f"not known, at {where} (the tensor was changed in place before the cell ended)"
         return f"{self.values[0]!r} at {where}"
 
     def _outcome_lines(self) -> list[str]:
@@ -120,7 +124,7 @@ def error_from(firings: list[tuple[Firing, Site | None]], consequences: Conseque
             positions=[(firing.flat_position,)],
             count=firing.count,
         )
-    value = _shown(firing.value, site.kind)
+    value = _shown(firing.value, site.kind) if firing.value_known else None
     family = site.family
     if family == "label_out_of_range" and isinstance(value, (int, float)) and value < 0:
         family = "negative_label"
@@ -130,6 +134,7 @@ def error_from(firings: list[tuple[Firing, Site | None]], consequences: Conseque
         consequences=consequences,
         also=also,
         flat_position=not known_shape,
+        value_known=firing.value_known,
         op=site.op,
         argument=site.argument,
         family=family,

@@ -24,29 +24,45 @@ def compiling() -> bool:
 
 
 def _fold(site: int, x, bad) -> None:
-    fold(site, x.detach(), bad, None if compiling() else BOARD.tag(site, x))
+    """Into the board: traced into the graph under ``torch.compile``, captured with the graph during a CUDA graph
+    capture, and otherwise held to be folded with the cell's other checks (``Board.defer``)."""
+    if compiling():
+        fold(site, x.detach(), bad)
+    elif x.is_cuda and torch.cuda.is_current_stream_capturing():
+        fold(site, x.detach(), bad, BOARD.tag(site, x))
+    else:
+        BOARD.defer(site, x.detach(), bad)
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_INTEGER_DTYPES = frozenset(
+    getattr(torch, name)
+    for name in ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
+    if hasattr(torch, name)  # the wider unsigned types are newer than the oldest torch supported
+)
 
 
 def plain(t) -> bool:
     """Plain tensors with data. Fakes, functional wrappers (what AOTAutograd traces with), metas and other
-    subclasses pass through unchecked: a compiled graph already holds the checks Dynamo traced around them."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta" and t.numel() > 0
+    subclasses pass through unchecked: a compiled graph already holds the checks Dynamo traced around them.
+    Runs on every checked call, so it reads attributes that build no object (``is_meta``, not ``device.type``)."""
+    return type(t) in _PLAIN_TYPES and not t.is_meta and t.numel() > 0
 
 
 def integral(t) -> bool:
-    return plain(t) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
+    """An integer tensor (not bool, float, complex or quantized): what an index may be."""
+    return plain(t) and t.dtype in _INTEGER_DTYPES
 
 
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
     """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
     clamped = x.clamp(low, high - 1)
-    bad = clamped.ne(x)
     if ignore is None or low <= ignore < high:
-        _fold(site, x, bad)
+        _fold(site, x, clamped.ne(x))
         return clamped
-    bad = bad.logical_and(x.ne(ignore))
-    _fold(site, x, bad)
-    return torch.where(bad, clamped, x)
+    safe = torch.where(x.eq(ignore), x, clamped)  # an ignored target stays as it is
+    _fold(site, x, safe.ne(x))
+    return safe
 
 
 def unit_interval(site: int, p):

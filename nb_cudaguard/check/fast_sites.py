@@ -23,7 +23,7 @@ from types import FrameType
 
 import torch
 
-from nb_cudaguard.check.context import Known, Names, UserPath, code_facts, user_path
+from nb_cudaguard.check.context import Known, Names, UserPath, code_facts, user_path, user_spots
 from nb_cudaguard.check.fast_board import MAX_SITES
 from nb_cudaguard.check.naming import user_name
 from nb_cudaguard.incident.usercode import is_user_file, users_line
@@ -90,12 +90,13 @@ class Sites:
         """The site of the calling entry point's caller's user line (eager only: it reads Python frames).
         ``place`` identifies the check (op, argument, range); the rule is only made for a new site. The same line
         of a ``forward()`` reached from another line of the running cell is another site: the user's line differs.
-        Every call walks the user's frames up to the running cell; a path seen before is one dict lookup."""
-        path = user_path(sys._getframe(2), self._known)
-        key = (path.spots, place)
+        Every call walks the user's frames up to the running cell (``user_spots``); a path seen before is one dict
+        lookup."""
+        key = (user_spots(sys._getframe(2), self._known), place)
         site = self._by_path.get(key)
         shape = tensor.shape
         if site is None:
+            path = user_path(sys._getframe(2), self._known)
             site = self._by_path[key] = self._site(path, place, make_rule, tensor, refine)
         elif site.shape != shape:
             site.shape, site.shape_varied = shape, True
