@@ -1,7 +1,7 @@
 """One in-place restart of an ipykernel kernel, from the cell that asks for it to the exec.
 
-The steps and why each is there are in ``restart.inplace``'s docstring; every ipykernel internal used here is in
-``restart.kernel_internals``.
+The steps and why each is there are in ``relaunch.restart``'s docstring; every ipykernel internal used here is in
+``relaunch.kernel_internals``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch import reexec, subshells
-from nb_cudaguard.relaunch.handoff_content import RestartOptions
+from nb_cudaguard.relaunch.handoff_content import Handoff, RestartOptions
 from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell, write_startup_file
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
@@ -25,6 +25,9 @@ _SETTLE_LIMIT = 0.5
 _IOPUB_GRACE = 0.01
 # Sent by the stopping shell channel thread behind the last request it forwarded (see _stop_shell_channel_thread).
 _END_OF_REQUESTS = b"nb_cudaguard: end of requests"
+# Room reserved for what the handoff gains after the point of no return: the requests that arrive while the kernel
+# stops reading (a cell's request is a few kB) and the children it ends.
+_LATE_BYTES = 1024 * 1024
 
 
 class KernelRestart:
@@ -39,6 +42,7 @@ class KernelRestart:
         self.journal_json: str | None = None
         self.children: list[str] = []
         self._queue: internals.KeptQueue | None = None
+        self._reserved: handoff.Reservation | None = None
         self._end_reached = asyncio.Event()
         self.binding = handoff.binding_for(self.shell, create_secret=True)
         self.parent: dict = {}
@@ -73,7 +77,10 @@ class KernelRestart:
             await self._after_restart_request()
             mark_restart_cell(self.record)
             self.journal_json = self.guard.journal.to_json()  # once: the last write sits right before the exec
-            self._write([])  # early, so that a handoff we cannot write stops us before anything is closed
+            # The handoff is written once everything is closed; its space is taken now, so that a disk that is full
+            # (or unwritable) calls the restart off here, before anything is closed, and one that fills meanwhile
+            # cannot stop the write after the point of no return.
+            self._reserved = handoff.reserve(self.binding, self._content([]).to_document(), _LATE_BYTES)
             stage = "stopping"
             socket = await self._stop_reading_requests()
             self.children = reexec.end_children()
@@ -151,7 +158,11 @@ class KernelRestart:
         thread.join(timeout=internals.CLOSE_TIMEOUT)
 
     def _write(self, children: list[str]) -> Path:
-        content = handoff_for(
+        reserved, self._reserved = self._reserved, None  # the reserved space is written once, or given back
+        return handoff.write(self.binding, self._content(children).to_document(), reserved)
+
+    def _content(self, children: list[str]) -> Handoff:
+        return handoff_for(
             self.guard,
             self.plan,
             self.options,
@@ -163,7 +174,6 @@ class KernelRestart:
             display_id=self.display_id,
             subshells=self.subshells,
         )
-        return handoff.write(self.binding, content.to_document())
 
     async def _abort(self, exc: BaseException) -> None:
         """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
@@ -180,16 +190,22 @@ class KernelRestart:
         )
         self.guard.restart_failure = failure
         self.kernel.log.error(failure)
+        # the restart cell's line said "restarting": it says why not instead (nothing is closed, iopub included)
+        internals.publish_update(self.kernel, self.display_id, failure, self.parent)
         show_at_next_cell(self.shell, lambda: self.guard.restart_failure)
         while self.pending:  # not through the capture, which still keeps whatever arrives meanwhile
             await internals.dispatch_raw(self.kernel, self.pending.pop(0), unpatched=True)
         internals.release_requests(self.kernel, self._queue)
 
     def _exit_for_autorestart(self, exc: BaseException, stage: str) -> None:
-        """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back."""
+        """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back. The
+        handoff is written again for that path unless it already was (``method="exit"``): a disk that filled since
+        the reservation would fail that write."""
+        written_for_exit = stage == "exec" and self.options.method == "exit"
         self.options = dataclasses.replace(self.options, method="exit")
         try:
-            self._write(self.children)
+            if not written_for_exit:
+                self._write(self.children)
             write_startup_file(self.shell, self.binding.slug)
         finally:
             message = (

@@ -11,8 +11,11 @@ notices anything but a short pause. In order:
 2. shell requests that arrive meanwhile are not run: they are kept, with their signatures, and so are those still
    waiting in the shell socket when it stops being read; they go into the handoff and the new process runs them
    after the replay, in their original order, replying to their original client;
-3. children end, the handoff (plan, journal, options, requests) is written, the channels are flushed and closed,
-   fds 1/2 are restored, every other fd becomes close-on-exec, and the process execs itself with
+3. the handoff's space is reserved on disk: a full or unwritable disk calls the restart off here, while nothing
+   is closed yet (the kept requests run in this process, and the restart cell and the next cell say why). Then
+   the shell stops reading (the point of no return), children end, fds 1/2 are restored, the channels are flushed
+   and closed, the handoff (plan, journal, options, requests) is written into the reserved space, so that a disk
+   that filled meanwhile cannot fail it, every other fd becomes close-on-exec, and the process execs itself with
    ``--ext=nb_cudaguard``;
 4. if the exec fails, the process exits instead: a kernel manager with auto-restart (jupyter_server) brings the
    kernel back, a one-shot startup file loads nb_cudaguard there, and the replay happens as after an exec.

@@ -16,7 +16,14 @@ is in it (the plan's cells, the pending requests), so the file is treated like c
 * it is valid only for the process it was written for (the same PID after an exec; after the exit fallback, a new
   process once the writer has ended), on the same boot, for ``MAX_AGE`` seconds;
 * it is read once: the new process consumes (deletes) it, so a later start never replays it again, and a handoff
-  that is refused is deleted too (with the values carried beside it), never moved aside or left behind.
+  that is refused is deleted too (with the values carried beside it), never moved aside or left behind;
+* its space can be reserved ahead (``reserve``): the in-place restart writes it only after it has closed its
+  channels, when a failed write can no longer be called off (the kernel would have to exit, its kept requests
+  unanswered). So the space is preallocated while the restart can still be called off, and the write then fills
+  that space: a disk that fills in between cannot fail it. Preallocated, not merely checked: free space can be gone
+  a moment later, and an allocated block cannot (except on copy-on-write file systems such as ZFS, which allocate
+  anew on every write). The document itself cannot be written that early: the requests that arrive while the
+  kernel stops reading, and the children it ends, belong in it.
 """
 
 from __future__ import annotations
@@ -143,21 +150,72 @@ def _mac(key: bytes, body: str) -> str:
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
-def write(binding: Binding, payload: dict) -> Path:
-    """Write atomically (temporary file, then rename) and return the path."""
+@dataclass(frozen=True)
+class Reservation:
+    """Space set aside for a handoff written later, when its write must not fail for want of space (the in-place
+    restart's write after its channels are closed): a temporary file beside the handoff, preallocated."""
+
+    path: Path
+
+
+def _document(binding: Binding, payload: dict) -> bytes:
+    """The signed file's bytes."""
     if not binding.key:
         raise HandoffError("nb_cudaguard: no key to sign the handoff with; the restart was not started.")
     header = {"format": FORMAT, "kind": binding.kind, "ident": binding.ident, "written": time.time()}
     # an exec keeps the PID: that handoff is for this very process; the exit fallback's is for the next one
     header |= {"pid": os.getpid(), "boot": boot_id(), "same_process": payload.get("how") == "exec"}
     body = json.dumps({**header, "payload": payload}, sort_keys=True)
-    document = json.dumps({"mac": _mac(binding.key, body), "body": body})
-    target = path_for(binding)
+    return json.dumps({"mac": _mac(binding.key, body), "body": body}).encode()
+
+
+def _temporary(target: Path) -> tuple[Path, int]:
+    """A new private file beside ``target`` (its name says which process wrote it, for ``remove_stale``)."""
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return temporary, os.open(temporary, flags, 0o600)
+
+
+def reserve(binding: Binding, payload: dict, more: int) -> Reservation:
+    """Set aside the space of a handoff like ``payload`` plus ``more`` bytes, now, for a ``write`` that must not
+    fail later. ``posix_fallocate`` (glibc writes the blocks where a file system cannot allocate them) or zeros
+    where the platform has none; the file is closed at once, so that a file system that reports a full disk only
+    when a file is closed (NFS) reports it here. Raises ``OSError`` naming the directory (a full or unwritable
+    disk), or ``HandoffError``; nothing is left behind then."""
+    size = len(_document(binding, payload)) + more
+    target = path_for(binding)
+    temporary, fd = _temporary(target)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        try:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
+            else:
+                os.write(fd, bytes(size))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(target.parent)) from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return Reservation(temporary)
+
+
+def write(binding: Binding, payload: dict, reserved: Reservation | None = None) -> Path:
+    """Write atomically (temporary file, then rename) and return the path. With ``reserved``, the document goes
+    into that space: a disk that filled since cannot fail it as long as it is no larger than the reservation."""
+    document = _document(binding, payload)
+    target = path_for(binding)
+    if reserved is None:
+        temporary, fd = _temporary(target)
+    else:
+        temporary = reserved.path
+        fd = os.open(temporary, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.fdopen(fd, "wb") as handle:
             handle.write(document)  # no fsync: the exec keeps the page cache, and this runs in its critical path
+            handle.truncate()  # the unused rest of a reservation
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -267,19 +325,19 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
 def remove_stale(directory: Path) -> list[str]:
     """Delete what dead kernels left in ``directory`` (one of our own private directories): handoffs whose writer
     has ended and that are older than ``MAX_AGE`` (their signature is not checked: they are only deleted, never
-    read further), and half-written temporary files of ended processes. Returns one note per file removed."""
+    read further), and temporary files (half-written, or space reserved for a handoff) of ended processes, at
+    once: only their writer could have finished them. Returns one note per file removed."""
     notes = []
     for path in directory.glob("*handoff-*.json*"):
         try:
             if path.is_symlink() or not path.is_file():
                 continue
-            age = time.time() - path.stat().st_mtime
             if path.name.startswith("."):
-                writer = int(path.name.rsplit(".", 2)[-2])
+                writer, keep_for = int(path.name.rsplit(".", 2)[-2]), 0.0
             else:
                 body = json.loads(json.loads(path.read_text())["body"])
-                writer = int(body.get("pid", -1))
-            if age > MAX_AGE and not _alive(writer):
+                writer, keep_for = int(body.get("pid", -1)), MAX_AGE
+            if time.time() - path.stat().st_mtime >= keep_for and not _alive(writer):
                 path.unlink()
                 notes.append(f"nb_cudaguard: removed {path.name}, left by a kernel that ended during a restart.")
         except (OSError, ValueError, KeyError, TypeError, IndexError):

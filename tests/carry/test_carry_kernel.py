@@ -118,13 +118,13 @@ def test_values_that_cannot_be_carried_fall_back_to_replay_and_nothing_is_lost(t
 TAMPER_CARRIED = """
 import json, pathlib, nb_cudaguard.replay.handoff as handoff
 real_write = handoff.write
-def write_then_tamper(binding, payload):
+def write_then_tamper(binding, payload, *reserved):
     for entry in payload["options"].get("carry", {}).get("values", []):
         path = pathlib.Path(payload["options"]["carry"]["dir"]) / entry["file"]
         data = bytearray(path.read_bytes())
-        data[-2] = (data[-2] + 1) % 256  # the handoff is written twice: each write changes the file again
+        data[-2] = (data[-2] + 1) % 256  # after the restart took its hash
         path.write_bytes(bytes(data))
-    return real_write(binding, payload)
+    return real_write(binding, payload, *reserved)
 handoff.write = write_then_tamper
 """
 

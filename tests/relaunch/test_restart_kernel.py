@@ -202,8 +202,8 @@ def test_an_interrupt_stops_a_long_replay_and_the_waiting_cell_runs(kernel, tmp_
 TAMPER = """
 import json, nb_cudaguard.replay.handoff as handoff
 real_write = handoff.write
-def write_then_{kind}(binding, payload):
-    path = real_write(binding, payload)
+def write_then_{kind}(binding, payload, *reserved):
+    path = real_write(binding, payload, *reserved)
     document = json.loads(path.read_text())
     if "{kind}" == "tamper":
         document["body"] = document["body"].replace("marker = 1", "marker = 666")
