@@ -81,10 +81,14 @@ class CudaGuard(Configurable):
         # the last panel drawn or reopened after a restart: whichever way a restart is asked, it is handed over, so
         # that it shows the outcome and its buttons keep working in the new process
         self.live_panel: Any = None
+        # every panel this process drew or reopened: each becomes its static twin when the kernel goes for good
+        # (a frontend's Restart or Shut down) or the extension unloads (panel.static)
+        self.panels: list[Any] = []
+        self._unfollow_exit: Any = None
         # the magics registered for this session, removed again on unload
         self.magics: list[Magics] = []
         # %cudaguard check on|off: the checks around every cell, shared with %%cudacheck
-        self.every_cell = EveryCell(shell, rebuilds=self._rebuild_cells)
+        self.every_cell = EveryCell(shell, rebuilds=self._rebuild_cells, fired=self._fired_before_error)
         # the last cell whose fast check fired: what %cudaguard rerun and the buttons under its error act on
         self.last_fired: FiredCell | None = None
         self._current: CellRecord | None = None
@@ -112,10 +116,16 @@ class CudaGuard(Configurable):
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if self not in self.shell.configurables:
             self.shell.configurables.append(self)
+        from nb_cudaguard.panel.static import follow_kernel_exit
+
+        self._unfollow_exit = follow_kernel_exit(self)
 
     def unregister(self) -> None:
         if self.restarting:  # the last step before the exec
             self._hand_over_panel()
+        if self._unfollow_exit is not None:  # an in-place restart keeps the panels live: not for it
+            self._unfollow_exit()
+            self._unfollow_exit = None
         for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             try:
                 self.shell.events.unregister(name, hook)
@@ -141,7 +151,11 @@ class CudaGuard(Configurable):
 
     def close(self) -> None:
         """``%unload_ext``: nothing of the extension stays on. The every-cell checks stop, and the simulated GPU
-        stops if it was turned on in this session (``%cudaguard simulate on``, or carried across a restart)."""
+        stops if it was turned on in this session (``%cudaguard simulate on``, or carried across a restart). The
+        panels become their static twins: their buttons would act on an extension that is gone."""
+        from nb_cudaguard.panel.static import go_static
+
+        go_static(self)
         self.unregister()
         self.every_cell.set(False)
         self.snapshots.close()
@@ -252,6 +266,13 @@ class CudaGuard(Configurable):
             from nb_cudaguard.panel.fired import show_choices
 
             show_choices(self, self.last_fired)
+
+    def _fired_before_error(self, error: BaseException) -> None:
+        """A fast check fired in a cell that then raised its own error (read after this hook saw that error): the
+        same choices as for a check that fires at the cell's end, under the cell's own error."""
+        record = self.journal.last
+        if record is not None:
+            self._offer_choices(record, error)
 
     def _rebuild_cells(self, names: list[str]) -> list[tuple[str, list[str]]]:
         """For a fired fast check's error, at the end of the running cell: the cells that rebuild ``names``."""

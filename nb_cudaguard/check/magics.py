@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
@@ -37,9 +37,15 @@ if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells
 class EveryCell:
     """The checks around every cell of one shell, while ``%cudaguard check on``: fast (default) or exact."""
 
-    def __init__(self, shell: InteractiveShell, rebuilds: Rebuilds | None = None) -> None:
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        rebuilds: Rebuilds | None = None,
+        fired: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.shell = shell
         self.rebuilds = rebuilds  # the session's replay planner, for the cells that rebuild what a check made wrong
+        self.fired = fired  # the session's answer to a check that fired in a cell which then raised its own error
         self.enabled = False
         self.sync = False
         self.fast = True
@@ -83,6 +89,8 @@ class EveryCell:
         error = self.finish_cell()  # the cell raised before its end: say whether a check had fired first
         if error is not None:
             print(f"nb_cudaguard: before this cell failed, a fast check had fired:\n{error}", file=sys.stderr)
+            if self.fired is not None:
+                self.fired(error)
 
     def finish_cell(self) -> BaseException | None:
         """Read the boards once for this cell (``fast_cell.cell_end`` or ``post_run_cell``)."""

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from nb_cudaguard.incident.incident import Incident
 from nb_cudaguard.panel.controls import copy_report, status_html
 from nb_cudaguard.panel.handover import BoxState, ButtonState, PanelHandover, withdraw
+from nb_cudaguard.panel.static import StaticTwin
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay.plan import ReplayPlan
 
@@ -24,6 +25,7 @@ class PanelSession(CudaGuardState, Protocol):
 
     incidents: list[Incident]
     live_panel: Any  # the last panel drawn (or reopened after a restart)
+    panels: list[Any]  # every panel this process drew or reopened, made static when the kernel goes for good
 
 
 def request_restart(
@@ -51,6 +53,7 @@ class PanelActions:
     buttons: dict[str, Any]
     boxes: list[tuple[Any, int, bool]]
     markdown: str
+    twin: StaticTwin | None  # the report's static copy, in the output before the widget's (None: not known)
 
     def _guarded(self, handler):
         """Callback errors would otherwise vanish (JupyterLab shows them nowhere): say them in the status line."""
@@ -124,4 +127,5 @@ class PanelActions:
             plan_html=self.plan_head.value if self.plan_head is not None else "",
             markdown=self.markdown,
             asked=asked,
+            twin=self.twin.token if self.twin is not None else "",
         )

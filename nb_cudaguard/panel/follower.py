@@ -24,6 +24,7 @@ from typing import Any
 from nb_cudaguard.panel.actions import PanelActions
 from nb_cudaguard.panel.handover import HandoverError, PanelHandover
 from nb_cudaguard.panel.render_html import outcome_head
+from nb_cudaguard.panel.static import StaticTwin
 from nb_cudaguard.relaunch.iopub_clients import clients_are_back
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
 from nb_cudaguard.relaunch.resume import show_at_next_cell
@@ -92,6 +93,8 @@ class ReattachedPanel(PanelActions):
         self.outcome = outcome
         self.kernel = kernel
         self.markdown = handover.markdown
+        # made static when the kernel goes for good; the handover has the report as Markdown only, for both texts
+        self.twin = StaticTwin(handover.twin, handover.markdown, handover.markdown) if handover.twin else None
         self.buttons: dict[str, Any] = {}
         self.boxes: list[tuple[Any, int, bool]] = []
 
@@ -110,6 +113,7 @@ class ReattachedPanel(PanelActions):
         time.sleep(0.05)  # a subscription follows its connection
         self._attach()
         self.guard.live_panel = self
+        self.guard.panels.append(self)
         shown = None
         while True:
             done = self.outcome.done

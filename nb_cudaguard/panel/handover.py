@@ -63,6 +63,7 @@ class PanelHandover:
     plan_html: str
     markdown: str  # the report, for "Copy report"
     asked: bool  # this panel asked for the restart: it, not the next cell, tells the outcome
+    twin: str = ""  # the token of the panel's static twin (panel.static): made static when the kernel goes
     version: int = field(default=VERSION)
 
     def to_env(self) -> None:
@@ -104,6 +105,7 @@ class PanelHandover:
                 plan_html=str(data["plan_html"]),
                 markdown=str(data["markdown"]),
                 asked=bool(data["asked"]),
+                twin=str(data.get("twin", "")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise HandoverError(f"the panel's hand-over lacks a valid {exc}") from exc

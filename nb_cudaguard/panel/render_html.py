@@ -1,7 +1,9 @@
 """A report's content as HTML: the panel's body, and the ``text/html`` that nbconvert and static viewers show.
 
 Colours come from JupyterLab's theme variables (with neutral fallbacks for VS Code, Colab and static pages), so
-the report reads the same in light and dark themes; nothing sets a background that a theme cannot override.
+the report reads the same in light and dark themes; nothing sets a background that a theme cannot override. The
+rules for ``pre`` and table cells name the class twice: as a ``text/html`` output (the panel's static twin, nbconvert)
+the report sits in JupyterLab's ``.jp-RenderedHTMLCommon``, whose own rules for them are that specific.
 Layout only: every sentence comes from ``panel.content``.
 """
 
@@ -24,11 +26,11 @@ STYLE = """<style>
 .nbcg-sub{color:var(--jp-ui-font-color2,inherit)}
 .nbcg h4{margin:10px 0 3px 0;font-size:1em;font-weight:600;color:var(--jp-ui-font-color1,inherit)}
 .nbcg code,.nbcg pre{font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px)}
-.nbcg pre{margin:2px 0;padding:4px 8px;white-space:pre-wrap;word-break:break-word;
+.nbcg.nbcg pre{margin:2px 0;padding:4px 8px;white-space:pre-wrap;word-break:break-word;
  background:rgba(127,127,127,0.12);border-radius:3px}
 .nbcg table{border-collapse:collapse;margin:3px 0 3px 0}
-.nbcg th,.nbcg td{border:1px solid var(--jp-border-color2,rgba(127,127,127,0.4));padding:2px 6px;text-align:left;
- vertical-align:top}
+.nbcg.nbcg th,.nbcg.nbcg td{border:1px solid var(--jp-border-color2,rgba(127,127,127,0.4));padding:2px 6px;
+ text-align:left;vertical-align:top}
 .nbcg th{font-weight:600;background:rgba(127,127,127,0.12)}
 .nbcg .nbcg-fix{border-left:3px solid var(--jp-success-color1,#388e3c);padding:2px 8px;margin:4px 0}
 .nbcg .nbcg-dim{color:var(--jp-ui-font-color2,inherit)}

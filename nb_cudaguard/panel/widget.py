@@ -1,8 +1,9 @@
 """The panel shown after a failing CUDA cell: the explanation, the replay plan, and the actions.
 
-Stock ipywidgets only, so no frontend build is needed. The panel is displayed as one bundle that carries the
-widget view *and* the same report as text, Markdown and HTML: JupyterLab, Notebook 7 and VS Code show the widget;
-terminal IPython, nbconvert and static viewers (GitHub, nbviewer) pick the richest format they can.
+Stock ipywidgets only, so no frontend build is needed. The panel is displayed as two outputs: its static twin, the
+same report as text, Markdown and HTML (``panel.static``), which shows wherever the widget cannot be drawn (its model
+gone after a reload, nbconvert, GitHub, nbviewer) and is hidden while it is, then the widget's. Terminal IPython
+gets the report alone.
 
 Widget callbacks run only while the kernel is idle, because comm messages share the shell queue with cells
 (ipykernel), so a click is handled after the failing cell has returned. Their output goes into the panel's own
@@ -19,12 +20,7 @@ from nb_cudaguard.panel.content import ReportContent, build, verdict_of
 from nb_cudaguard.panel.controls import make_button
 from nb_cudaguard.panel.memory import MemoryFacts, memory_facts, release
 from nb_cudaguard.panel.report import Report, text_bundle
-
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-STATIC_NOTE = (
-    '<div class="nbcg nbcg-dim" style="margin-top:4px"><i>A static copy of the panel: run '
-    "<code>%cudaguard report</code> in a cell to get its buttons back.</i></div>"
-)
+from nb_cudaguard.panel.static import WIDGET_VIEW, StaticTwin, new_token
 
 
 @dataclass
@@ -72,8 +68,9 @@ def show_panel(report: Report, guard: PanelSession) -> Panel | None:
         display(text_bundle(facts.content()), raw=True)
         return None
     panel = Panel(facts, guard)
-    display(panel.bundle(), raw=True)
+    panel.twin.show(panel.bundle(), panel.body.value)
     guard.live_panel = panel
+    guard.panels.append(panel)
     return panel
 
 
@@ -85,9 +82,10 @@ class Panel(PanelActions):
 
         self.facts = facts
         self.guard = guard
-        self.texts = text_bundle(facts.content())  # rendered once: the widget's body and the fallback bundle share it
+        self.texts = text_bundle(facts.content())  # rendered once: the widget's body and its static twin share it
         self.markdown = self.texts["text/markdown"]
-        self.body = w.HTML(self.texts["text/html"], layout=w.Layout(overflow="visible"))
+        self.twin: StaticTwin = StaticTwin(new_token(), self.texts["text/plain"], self.markdown)
+        self.body = w.HTML(self.twin.live_style() + self.texts["text/html"], layout=w.Layout(overflow="visible"))
         self.status = w.HTML("")
         self.output = w.Output()
         self.copy_area = w.Textarea(layout=w.Layout(display="none", width="100%", height="14em"))
@@ -161,10 +159,9 @@ class Panel(PanelActions):
         return plan_for(self.guard.shell, self.guard, minimal)
 
     def bundle(self) -> dict:
-        """The widget's view, and the same report as text, Markdown and HTML for wherever the widget cannot be
-        drawn (nbconvert, GitHub, nbviewer pick the HTML); that HTML ends with how to get the buttons back."""
+        """The widget's output: its view, and empty text where it cannot be drawn (the twin has the report)."""
         view = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}
-        return {WIDGET_VIEW: view, **self.texts, "text/html": self.texts["text/html"] + STATIC_NOTE}
+        return {WIDGET_VIEW: view, "text/plain": ""}
 
     def _release(self) -> None:
         self._busy(True, "Releasing memory…")
@@ -172,7 +169,8 @@ class Panel(PanelActions):
         self.facts.memory = memory_facts(self.facts.report.incident)
         self.texts = text_bundle(self.facts.content())
         self.markdown = self.texts["text/markdown"]
-        self.body.value = self.texts["text/html"]
+        self.twin = StaticTwin(self.twin.token, self.texts["text/plain"], self.markdown)
+        self.body.value = self.twin.live_style() + self.texts["text/html"]
         still = f" PyTorch now holds {allocated:,} bytes." if allocated is not None else ""
         self._busy(False, f"Dropped the failed cell's traceback and collected garbage.{still}", "ok")
 

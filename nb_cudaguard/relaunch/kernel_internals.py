@@ -12,7 +12,8 @@ with the versions it differs in; a new ipykernel release is checked against this
 - ipykernel 7's subshells are in ``relaunch.subshells``, and when a client is back on iopub (the welcome message,
   the iopub thread's start) in ``relaunch.iopub_clients``, each kept apart for its size;
 - both: ``OutStream``'s fd watcher (``_should_watch``, ``watch_fd_thread``, ``_fid``, ``_original_stdstream_fd``,
-  ``_original_stdstream_copy``), ``session``, ``iopub_socket``, ``_topic``, ``get_parent``/``_parent_header``.
+  ``_original_stdstream_copy``), ``session``, ``iopub_socket``, ``_topic``, ``get_parent``/``_parent_header``,
+  ``do_shutdown`` wrapped on the instance (``on_shutdown_request``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,40 @@ def publish_update(kernel, display_id: str, text: str, parent_header: dict) -> N
     content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": display_id}}
     topic = kernel._topic("update_display_data") if hasattr(kernel, "_topic") else None
     kernel.session.send(kernel.iopub_socket, "update_display_data", content, {"header": parent_header}, ident=topic)
+
+
+# --- the kernel going away for good
+def on_shutdown_request(kernel, before: Callable[[bool], None]) -> Callable[[], None]:
+    """Call ``before(restart)`` when a client asks the kernel to shut down or to restart (a ``shutdown_request``:
+    a frontend's Restart or Shut down, jupyter_client's ``shutdown_kernel``), before ipykernel replies and
+    broadcasts its reply on iopub, so that what ``before`` publishes reaches the clients first. Returns the undo.
+
+    ``do_shutdown`` is the method kernels override for this; ``shutdown_request`` looks it up on the instance for
+    each request in ipykernel 6 and 7 (on the control thread; ipykernel 6's is sync, 7's base is async and
+    IPythonKernel's sync), so it is wrapped there and its result passed on as it is. An in-place restart never
+    sends one: it execs from inside a request.
+    """
+    own = kernel.__dict__.get("do_shutdown")
+    original = kernel.do_shutdown
+
+    def do_shutdown(restart):
+        try:
+            before(bool(restart))
+        except Exception as exc:  # the shutdown matters more
+            kernel.log.warning("nb_cudaguard: before the shutdown (%s: %s)", type(exc).__name__, exc)
+        return original(restart)
+
+    kernel.do_shutdown = do_shutdown
+
+    def undo() -> None:
+        if kernel.__dict__.get("do_shutdown") is not do_shutdown:  # wrapped again since: left to its wrapper
+            return
+        if own is None:
+            del kernel.do_shutdown
+        else:
+            kernel.do_shutdown = own
+
+    return undo
 
 
 # --- TCP peers of a socket

@@ -11,7 +11,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
-from nb_cudaguard import CudaCheckError  # noqa: E402
+from nb_cudaguard import CudaCheckError, get_guard  # noqa: E402
 from nb_cudaguard.check.fast_board import BOARD  # noqa: E402
 from nb_cudaguard.check.fast_cell import CellEnd  # noqa: E402
 from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
@@ -95,4 +95,7 @@ def test_a_cell_failing_later_still_reports_the_firing(shell, capsys) -> None:
     assert isinstance(result.error_in_exec, ValueError)
     assert "before this cell failed, a fast check had fired" in capsys.readouterr().err
     assert all(not t.any() for t in BOARD.tensors.values())  # read and cleared: the next cell starts clean
+    fired = get_guard(shell).last_fired  # the same choices as a check firing at the end: %cudaguard rerun knows it
+    assert fired is not None and isinstance(fired.error, FastCheckError) and fired.error.changed_names == ["loss"]
+    assert "raise ValueError('later')" in fired.record.source
     assert shell.run_cell("x = 1").error_in_exec is None

@@ -1,7 +1,7 @@
 """The example notebooks, executed as CI executes them: nbclient, a real kernel, this checkout's nb_cudaguard.
 
-Each must fail where it says (the cell tagged `expected-failure`), show the panel's bundle with the right cause,
-restart in place, and then run its fixed cell on the state the replay rebuilt.
+Each must fail where it says (the cell tagged `expected-failure`), show the panel and its static twin with the right
+cause, restart in place, and then run its fixed cell on the state the replay rebuilt.
 """
 
 from __future__ import annotations
@@ -52,9 +52,11 @@ def test_notebook_shows_failure_explanation_and_fix(name, monkeypatch):
     assert len(failing) == 1
     errors = [o for o in failing[0].outputs if o.output_type == "error"]
     assert errors and "device-side assert triggered" in errors[0].evalue
-    panels = [o for o in failing[0].outputs if o.output_type == "display_data" and WIDGET_VIEW in o.data]
+    outputs = failing[0].outputs
+    panels = [i for i, o in enumerate(outputs) if o.output_type == "display_data" and WIDGET_VIEW in o.data]
     assert len(panels) == 1, "one panel, shown once"
-    bundle = panels[0].data
+    bundle = outputs[panels[0] - 1].data  # its static twin, right before it
+    assert "get its buttons back" in bundle["text/html"]
     for mime in ("text/plain", "text/markdown", "text/html"):
         assert family in bundle[mime], mime  # static viewers and nbconvert see the explanation too
     assert "poisoned" in bundle["text/html"].lower()

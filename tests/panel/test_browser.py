@@ -5,8 +5,10 @@ Run All on example notebook 01 stops at the failing cell; the panel explains it;
 kernel in place, the panel's heading turns into "Recovered: ..." and the kernel reads idle within 2 s of it; every
 button of that same panel works in the new process (Copy report, and "Restart, replay & diagnose" for a second
 restart); a second failure gets its own panel and its own restart; the fixed cell runs on the rebuilt state; after
-saving and reloading the page the panel is still there, live. Screenshots of each state go to docs/img/, where the
-README shows them.
+saving and reloading the page the panel is still there, live; once the kernel is restarted from the frontend's Kernel
+menu (the widget's model is gone for good) a reload shows the panel's static twin, the whole report and how to get
+the buttons back, and not "Error displaying widget: model not found". Screenshots of
+each state go to docs/img/, where the README shows them.
 
 Needs /usr/bin/chromium (`apt-get install -y chromium`), jupyterlab and playwright (the Python package only;
 Playwright's own browsers are never downloaded). Skipped, with the reason, when one of them is missing.
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = "01_image_classifier_196_classes.ipynb"
 SCREENSHOTS = ROOT / "docs" / "img"
+SCROLLED = re.compile(r"\bjp-mod-outputsScrolled\b")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -207,6 +210,29 @@ def _kernel_status(page) -> str:
     return page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status")
 
 
+def _restart_from_the_kernel_menu(page, log: Path) -> None:
+    """The frontend's own restart (Kernel > Restart Kernel..., confirmed), as a user does it; it is done once the
+    server has restarted the kernel and the frontend reads it idle."""
+    from playwright.sync_api import expect
+
+    kernel_id = page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")  # ends with the dialog
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("button.jp-mod-accept", has_text="Restart").click()
+    expect(dialog).to_have_count(0, timeout=20_000)
+    deadline = time.monotonic() + 60
+    while f"Kernel restarted: {kernel_id}" not in log.read_text() or _kernel_status(page) != "idle":
+        assert time.monotonic() < deadline, f"the kernel still reads {_kernel_status(page)!r} after the restart"
+        time.sleep(0.2)
+
+
+def _saved_and_reloaded(page) -> None:
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    page.reload()
+    page.wait_for_function(WAIT_APP, arg=NOTEBOOK, timeout=60_000)
+
+
 def _recovered_then_idle(page, panel) -> None:
     """The heading says "Recovered", and the frontend reads the kernel idle within 2 s of that."""
     from playwright.sync_api import expect
@@ -254,6 +280,12 @@ def test_a_whole_session_with_the_panel(tmp_path, app):
             expect(panel).to_contain_text("The output layer has fewer units than there are classes")
             expect(panel).to_contain_text("Your line")
             expect(panel.locator(".widget-checkbox")).not_to_have_count(0)
+            twin = _cell(page, failing).locator(".nbcg-static")
+            expect(twin).to_have_count(1)
+            expect(twin).to_be_hidden()  # the static twin is there for when the widget cannot be drawn
+            # ... and it was hidden while the widget loaded: Notebook 7 folds a cell's outputs into a scrolled box
+            # when they are taller than 1820 px as they arrive
+            expect(_cell(page, failing)).not_to_have_class(SCROLLED)
             panel.screenshot(path=str(SCREENSHOTS / f"{shots}1-failure.png"))
             if app == "jupyterlab":
                 page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
@@ -299,14 +331,30 @@ def test_a_whole_session_with_the_panel(tmp_path, app):
             second.screenshot(path=str(SCREENSHOTS / f"{shots}3-second-restart.png"))
 
             # saved and reloaded: the panel is still there, live, with its outcome
-            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
-            page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
-            page.reload()
-            page.wait_for_function(WAIT_APP, arg=NOTEBOOK, timeout=60_000)
+            _saved_and_reloaded(page)
             reloaded = _cell(page, failing).locator(".nb-cudaguard-panel")
             expect(reloaded.locator(".nbcg-title").first).to_contain_text("Recovered: ", timeout=60_000)
             expect(page.get_by_text("model not found")).to_have_count(0)
+            expect(_cell(page, failing).locator(".nbcg-static")).to_be_hidden()
+            expect(_cell(page, failing)).not_to_have_class(SCROLLED)
             reloaded.screenshot(path=str(SCREENSHOTS / f"{shots}4-after-reload.png"))
+
+            # restarted from the frontend, the process that drew the panel is gone for good and so is the widget's
+            # model: a reload shows the static twin, the report as the failure drew it, not "model not found"
+            _restart_from_the_kernel_menu(page, log)
+            _saved_and_reloaded(page)
+            output = _cell(page, failing)
+            missing = output.get_by_text("Error displaying widget: model not found")
+            expect(missing).to_be_attached(timeout=60_000)  # the widget manager looked for the model, in vain
+            expect(missing).to_be_hidden()
+            static = output.locator(".nbcg-static")
+            expect(static).to_be_visible()
+            expect(static.locator(".nbcg-title").first).to_contain_text("context POISONED")
+            expect(static).to_contain_text("The output layer has fewer units than there are classes")
+            expect(static).to_contain_text("A static copy of the panel: run %cudaguard report in a cell")
+            expect(output.locator(".nb-cudaguard-panel")).to_have_count(0)
+            expect(output).not_to_have_class(SCROLLED)
+            static.screenshot(path=str(SCREENSHOTS / f"{shots}5-after-kernel-restart.png"))
         finally:
             context.close()
     refused = [line for line in log.read_text().splitlines() if "Unknown subshell_id" in line]

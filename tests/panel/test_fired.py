@@ -129,3 +129,21 @@ def test_the_buttons_come_after_the_failing_cell_and_work_in_a_kernel(kernel) ->
     assert f"Re-ran [{counts[3]}], [{counts[4]}] (" in final and "no restart" in final, final  # total, seen
     assert state(kernel, "(seen, float(total))") == ([], 0.0)  # rebuilt, and the failing cell did not run again
     assert state(kernel, "__import__('os').getpid()") == pid
+
+
+@pytest.mark.kernel
+def test_a_check_that_fired_before_the_cell_raised_its_own_error_gets_the_buttons_too(kernel) -> None:
+    for cell in SETUP:
+        assert kernel.run(cell).status == "ok", cell
+    opened: list[dict] = []
+    reply = kernel.kc.execute_interactive(
+        FAILING + "\nraise ValueError('later')", timeout=120, output_hook=opened.append
+    )
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "ValueError"  # the cell's own
+    said = "".join(m["content"].get("text", "") for m in opened if m["msg_type"] == "stream")
+    assert "before this cell failed, a fast check had fired" in said and "(labels)" in said
+    states = [m["content"]["data"]["state"] for m in opened if m["msg_type"] == "comm_open"]
+    assert {s["description"] for s in states if s.get("_model_name") == "ButtonModel"} == {EXACT, REBUILD}
+    views = [m for m in opened if m["msg_type"] == "display_data"]
+    assert views and "application/vnd.jupyter.widget-view+json" in views[-1]["content"]["data"]
+    assert kernel.run("%cudaguard rerun --rebuild --dry-run").status == "ok"  # the command knows the cell too

@@ -79,14 +79,25 @@ def test_panel_widgets_show_the_plan_and_copy_the_report(shell):
     assert panel.status.value == ""  # one message: the browser's answer, in the output line, and nothing else
 
 
-def test_the_bundle_s_html_is_the_whole_report_with_how_to_get_the_buttons_back(shell):
+def test_the_static_twin_is_the_whole_report_with_how_to_get_the_buttons_back(shell):
     _fail(shell)
     guard = get_guard(shell)
     panel = Panel(gather(guard.last_report), guard)
-    bundle = panel.bundle()
-    assert bundle["text/html"].startswith(panel.body.value)  # what a frontend without the widget's model shows
-    assert "%cudaguard report</code> in a cell to get its buttons back" in bundle["text/html"]
-    assert "get its buttons back" not in panel.body.value  # the live panel has them
+    twin = panel.twin
+    assert panel.bundle() == {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": panel.widget.model_id},
+                              "text/plain": ""}  # fmt: skip  # the report is in the twin, once
+    live = panel.body.value
+    assert live.startswith(twin.live_style()) and f"#{twin.static_id}{{display:none!important}}" in live
+    bundle = twin.bundle(live)
+    assert bundle["text/plain"] == panel.texts["text/plain"] and bundle["text/markdown"] == panel.markdown
+    html_ = bundle["text/html"]
+    assert f'<div id="{twin.static_id}" class="nbcg-static">{panel.texts["text/html"]}' in html_
+    assert twin.live_style() not in html_  # the rule that hides the twin stays with the live panel
+    hides_the_widget_unless_live = f":has(#{twin.static_id}) + .jp-OutputArea-child:not(:has(.nb-cudaguard-panel))"
+    assert hides_the_widget_unless_live in html_
+    assert html_.count("%cudaguard report</code> in a cell to get its buttons back") == 1
+    assert "get its buttons back" not in live  # the live panel has them
+    assert twin.widget_id == "nbcg-panel-" + twin.token and twin.static_id == "nbcg-static-" + twin.token
 
 
 def test_your_line_is_the_line_of_the_failing_cell_not_the_line_inside_the_model(shell):
@@ -200,7 +211,7 @@ def test_the_panel_hand_over_crosses_the_environment_once():
         root="r1", body="b0", actions="a1", plan="p1", plan_head="h1", status="s1", output="o1", copy_area="c1",
         buttons={"copy": ButtonState("b1", "Copy report", "", "clipboard")},
         boxes=(BoxState("x1", "[3]  0.10 s  import torch", True, True, 3),),
-        html="<div>report</div>", plan_html="<b>Replay plan</b>", markdown="# r", asked=True,
+        html="<div>report</div>", plan_html="<b>Replay plan</b>", markdown="# r", asked=True, twin="t1",
     )  # fmt: skip
     handover.to_env()
     assert PanelHandover.from_env() == handover
@@ -305,6 +316,70 @@ def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in
     printed = "".join(m["content"].get("text", "") for m in after if m["msg_type"] == "stream")
     labels, same_pid = ast.literal_eval(printed.strip().splitlines()[-1])
     assert labels == [0, 195, 17, 100] and same_pid is None  # rebuilt by the replay; PID's cell was not needed
+    # an in-place restart keeps the panel live: neither its widget's output nor its static twin is touched
+    assert not set(_panel_displays(seen)[-1]) & set(_updates(after))
+
+
+def _panel_displays(messages: list[dict]) -> list[tuple[str, str]]:
+    """(the widget's display id, its static twin's) for each panel shown: the twin comes first."""
+    shown = [(m["content"]["transient"]["display_id"], m["content"]["data"]) for m in messages
+             if m["msg_type"] == "display_data" and "display_id" in m["content"].get("transient", {})]  # fmt: skip
+    pairs = [(shown[i][0], shown[i - 1][0]) for i, (_, data) in enumerate(shown) if WIDGET_VIEW in data and i]
+    for _, twin_id in pairs:
+        twin = dict(shown)[twin_id]
+        assert WIDGET_VIEW not in twin and "get its buttons back" in twin["text/html"], twin
+    return pairs
+
+
+def _updates(messages: list[dict]) -> dict[str, dict]:
+    """The last update_display_data's bundle, by display id."""
+    return {m["content"]["transient"]["display_id"]: m["content"]["data"]
+            for m in messages if m["msg_type"] == "update_display_data"}  # fmt: skip
+
+
+def _assert_static(updates: dict[str, dict], widget_id: str, twin_id: str) -> None:
+    assert updates[widget_id] == {"text/plain": ""}  # no widget view left: nothing can say "model not found"
+    html_ = updates[twin_id]["text/html"]
+    assert f'id="{twin_id}"' in html_ and "context POISONED" in html_
+    assert html_.count("get its buttons back") == 1 and "display:none!important" not in html_  # shown, not hidden
+
+
+@pytest.mark.kernel
+def test_unload_and_a_frontend_restart_turn_each_panel_into_its_static_twin_before_the_kernel_goes():
+    """%unload_ext, and a shutdown_request with restart=True (a frontend's Restart: the process ends for good) make
+    every panel still shown static: the widget's output emptied, the twin holding the report, each panel once; for
+    the shutdown, on iopub before ipykernel's own shutdown_reply and before the process exits."""
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    with KernelSession(extra_env=env) as session:
+        kc, seen = session.kc, []
+        for cell in ["%load_ext nb_cudaguard", *SETUP]:
+            assert _run(kc, cell, seen)["content"]["status"] == "ok", cell
+        assert _run(kc, FAILING, seen)["content"]["status"] == "error"
+        [first] = _panel_displays(seen)
+        unloaded: list[dict] = []
+        assert _run(kc, "%unload_ext nb_cudaguard", unloaded)["content"]["status"] == "ok"
+        assert set(_updates(unloaded)) == set(first)
+        _assert_static(_updates(unloaded), *first)
+
+        again: list[dict] = []
+        for cell in ["%load_ext nb_cudaguard", "%cudaguard simulate on"]:
+            assert _run(kc, cell, again)["content"]["status"] == "ok", cell
+        assert _run(kc, FAILING, again)["content"]["status"] == "error"
+        [second] = _panel_displays(again)
+        kc.shutdown(restart=True)
+        going: list[dict] = []
+        deadline = time.monotonic() + 30
+        while not any(m["msg_type"] == "shutdown_reply" for m in going):
+            assert time.monotonic() < deadline, [m["msg_type"] for m in going]
+            _drain(kc, 0.2, going)
+        kinds = [m["msg_type"] for m in going]
+        assert kinds.index("update_display_data") < kinds.index("shutdown_reply"), kinds
+        assert set(_updates(going)) == set(second)  # the unloaded panel is static already: not sent again
+        _assert_static(_updates(going), *second)
+        deadline = time.monotonic() + 20
+        while session.km is not None and session.km.is_alive():
+            assert time.monotonic() < deadline, "the kernel did not exit after its shutdown_reply"
+            time.sleep(0.1)
 
 
 def test_with_carry_on_each_row_of_the_plan_says_replay_or_skip_because_its_values_are_carried(shell):
