@@ -131,8 +131,8 @@ class Board:
             state = self.state(device)
             entries = held.get(device)
             if entries:
-                fired = torch.cat([bad.reshape(-1) for _, _, bad, _ in entries]).any().reshape(1)
-                count, value, position, tag, held_fired = torch.cat([state, fired.to(state.dtype)]).tolist()
+                fired = torch.cat([bad.reshape(-1) for _, _, bad, _ in entries]).any(0, keepdim=True)
+                count, value, position, tag, held_fired = torch.cat([state, fired]).tolist()  # bool -> float64
                 if held_fired and not tag:
                     self._fold_all(entries)
                     count, value, position, tag = state.tolist()
