@@ -21,6 +21,7 @@ from pathlib import Path
 TESTS = [
     "tests/relaunch/test_restart_kernel.py",
     "tests/relaunch/test_restart_faults.py",
+    "tests/relaunch/test_restart_full_disk.py",
     "tests/carry/test_carry_kernel.py",
 ]
 
