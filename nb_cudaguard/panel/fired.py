@@ -14,19 +14,25 @@ from typing import Any
 
 from nb_cudaguard.panel.controls import make_button, status_html
 from nb_cudaguard.panel.rerun import FiredCell, RerunSession, rebuild, rerun_exact
-from nb_cudaguard.panel.widget import WIDGET_VIEW, widgets_can_render
+from nb_cudaguard.panel.static import WIDGET_VIEW, StaticTwin, new_token
+from nb_cudaguard.panel.widget import widgets_can_render
 
 EXACT = "Re-run under exact checks"
+_LIVE_CLASS = "nb-cudaguard-fired"
+_COMMANDS = "%cudaguard rerun --exact, or fix the input and %cudaguard rerun --rebuild (no restart)"
+_NOTE = (
+    '<div class="nbcg nbcg-dim" style="margin-top:4px"><i>What its buttons did: <code>%cudaguard rerun --exact</code>, '
+    "or fix the input and <code>%cudaguard rerun --rebuild</code> (no restart).</i></div>"
+)
 
 
 def show_choices(guard: RerunSession, fired: FiredCell) -> FiredChoices | None:
     """Display the buttons under the failing cell's error; None (nothing shown) where widgets cannot render."""
     if not widgets_can_render(guard.shell):
         return None
-    from IPython.display import display
-
     choices = FiredChoices(guard, fired)
-    display(choices.bundle(), raw=True)
+    choices.twin.show(choices.bundle(), choices.body.value)
+    guard.panels.append(choices)
     return choices
 
 
@@ -44,10 +50,16 @@ class FiredChoices:
         self.guard = guard
         self.fired = fired
         label = fired.record.label
-        self.head = w.HTML(
-            f"<b>nb_cudaguard</b>: the fast check ran its op on clamped values, so {escape(label)}'s results are "
-            "wrong from that op on. The CUDA context is healthy: no restart is needed."
+        why = (
+            f"the fast check ran its op on clamped values, so {label}'s results are wrong from that op on. The CUDA "
+            "context is healthy: no restart is needed."
         )
+        # the static twin (panel.static) shows wherever the widget's model is gone, as the report's twin does
+        self.twin = StaticTwin(
+            new_token(), f"nb_cudaguard: {why}\n{_COMMANDS}", f"**nb_cudaguard**: {why}", _NOTE, _LIVE_CLASS
+        )
+        self.head = w.HTML(f"{self.twin.live_style()}<b>nb_cudaguard</b>: {escape(why)}")
+        self.body = self.head  # what the twin shows (panel.static.go_static reads a panel's body)
         self.status = w.HTML("")
         self.output = w.Output()
         self.buttons: dict[str, Any] = {}
@@ -55,16 +67,15 @@ class FiredChoices:
         self._button(w, "rebuild", rebuild_label(list(fired.error.changed_names)), "info", "refresh", self._rebuild)
         row = w.HBox(list(self.buttons.values()), layout=w.Layout(flex_flow="row wrap", overflow="visible"))
         self.widget = w.VBox([self.head, row, self.status, self.output], layout=w.Layout(overflow="visible"))
-        self.widget.add_class("nb-cudaguard-fired")
+        self.widget.add_class(_LIVE_CLASS)
 
     def _button(self, w, key: str, description: str, style: str, icon: str, handler) -> None:
         self.buttons[key] = make_button(w, key, description, style, icon, self._guarded(handler))
 
     def bundle(self) -> dict:
-        """The widget's view, and the choices as text where it cannot be drawn (they are also in the error)."""
+        """The widget's output: its view, and empty text where it cannot be drawn (the twin has the choices)."""
         view = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}
-        text = "nb_cudaguard: %cudaguard rerun --exact, or fix the input and %cudaguard rerun --rebuild (no restart)"
-        return {WIDGET_VIEW: view, "text/plain": text}
+        return {WIDGET_VIEW: view, "text/plain": ""}
 
     def _guarded(self, handler):
         def run(_button) -> None:

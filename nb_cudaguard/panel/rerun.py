@@ -43,6 +43,7 @@ class RerunSession(Protocol):
     journal: Journal
     every_cell: EveryCell
     last_fired: FiredCell | None
+    panels: list[Any]  # what this process shows with buttons, made static when the kernel goes for good
 
 
 def rebuild_cells(journal: Journal, names: list[str], target: CellRecord | None) -> list[tuple[str, list[str]]]:

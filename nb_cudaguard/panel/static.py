@@ -44,11 +44,14 @@ def new_token() -> str:
 @dataclass(frozen=True)
 class StaticTwin:
     """One panel's pair of outputs, by ``token``: the widget's (display id ``nbcg-panel-<token>``) and its twin's
-    (display id and element id ``nbcg-static-<token>``). ``plain`` and ``markdown`` are the twin's other formats."""
+    (display id and element id ``nbcg-static-<token>``). ``plain`` and ``markdown`` are the twin's other formats;
+    ``note`` ends its HTML (how to act without the buttons); ``live_class`` marks the widget when it is drawn."""
 
     token: str
     plain: str
     markdown: str
+    note: str = STATIC_NOTE
+    live_class: str = "nb-cudaguard-panel"
 
     @property
     def widget_id(self) -> str:
@@ -71,7 +74,8 @@ class StaticTwin:
         return {
             "text/plain": self.plain,
             "text/markdown": self.markdown,
-            "text/html": f'{_twin_style(sid)}<div id="{sid}" class="nbcg-static">{report}{STATIC_NOTE}</div>',
+            "text/html": f'{_twin_style(sid, self.live_class)}<div id="{sid}" class="nbcg-static">{report}'
+            f"{self.note}</div>",
         }
 
     def show(self, widget_bundle: dict[str, Any], html: str) -> None:
@@ -93,7 +97,7 @@ class StaticTwin:
             update_display(self.bundle(html), raw=True, display_id=self.static_id)
 
 
-def _twin_style(sid: str) -> str:
+def _twin_style(sid: str, live_class: str) -> str:
     """In JupyterLab and Notebook 7: the twin is hidden while the output after it is a widget view being loaded or
     drawn, and while there is none yet (only in the live app, whose outputs are Lumino widgets: an export always
     has it); the widget's output is hidden unless it holds a live panel. So until the widget is drawn neither shows,
@@ -107,12 +111,13 @@ def _twin_style(sid: str) -> str:
     widget_output = f'.jp-OutputArea-output:is(.lm-Panel,[data-mime-type="{WIDGET_VIEW}"])'
     return (
         f"<style>{twin}:has(+ {child} > {widget_output}:not(.jupyter-widgets)),.lm-Widget{twin}:last-child"
-        f"{{display:none}}{twin} + {child}:not(:has(.nb-cudaguard-panel)){{display:none}}</style>"
+        f"{{display:none}}{twin} + {child}:not(:has(.{live_class})){{display:none}}</style>"
     )
 
 
 def go_static(guard) -> None:
-    """Every panel this process drew or reopened becomes its static twin for good (``guard.panels``, then empty)."""
+    """Every panel this process drew or reopened, and every set of fast-check buttons it showed, becomes its static
+    twin for good (``guard.panels``, then empty)."""
     panels, guard.panels = list(guard.panels), []
     for panel in panels:
         if panel.twin is not None:

@@ -147,3 +147,26 @@ def test_a_check_that_fired_before_the_cell_raised_its_own_error_gets_the_button
     views = [m for m in opened if m["msg_type"] == "display_data"]
     assert views and "application/vnd.jupyter.widget-view+json" in views[-1]["content"]["data"]
     assert kernel.run("%cudaguard rerun --rebuild --dry-run").status == "ok"  # the command knows the cell too
+
+
+@pytest.mark.kernel
+def test_the_buttons_have_a_static_twin_that_takes_their_place_when_the_extension_unloads(kernel) -> None:
+    """As the report's panel: an output before the widget's holds the choices as HTML with the commands that do what
+    the buttons did (shown wherever the widget's model is gone), and %unload_ext empties the widget's output."""
+    for cell in SETUP:
+        assert kernel.run(cell).status == "ok", cell
+    opened: list[dict] = []
+    kernel.kc.execute_interactive(FAILING, timeout=120, output_hook=opened.append)
+    shown = [m["content"] for m in opened if m["msg_type"] == "display_data"]
+    twin, widget = shown[-2], shown[-1]
+    assert "application/vnd.jupyter.widget-view+json" in widget["data"] and widget["data"]["text/plain"] == ""
+    html = twin["data"]["text/html"]
+    assert "%cudaguard rerun --exact</code>" in html and "no restart is needed" in html
+    assert f'id="{twin["transient"]["display_id"]}"' in html and "nb-cudaguard-fired" in html  # shown till drawn
+    assert "%cudaguard rerun --exact" in twin["data"]["text/plain"]
+    unloaded: list[dict] = []
+    kernel.kc.execute_interactive("%unload_ext nb_cudaguard", timeout=60, output_hook=unloaded.append)
+    updates = {m["content"]["transient"]["display_id"]: m["content"]["data"]
+               for m in unloaded if m["msg_type"] == "update_display_data"}  # fmt: skip
+    assert updates[widget["transient"]["display_id"]] == {"text/plain": ""}
+    assert "%cudaguard rerun --exact</code>" in updates[twin["transient"]["display_id"]]["text/html"]

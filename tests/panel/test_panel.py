@@ -248,6 +248,23 @@ def _drain(kc, seconds: float, into: list[dict]) -> None:
             pass
 
 
+def _drain_until(kc, done, into: list[dict], seconds: float = 120) -> None:
+    """iopub messages until ``done(into)`` (or the time is up: the test then fails on what it read)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not done(into):
+        try:
+            into.append(kc.get_iopub_msg(timeout=0.2))
+        except queue.Empty:
+            pass
+
+
+def _states(messages: list[dict], comm_id: str, key: str) -> list:
+    """The values of ``key`` a comm was sent, in order."""
+    return [m["content"]["data"]["state"][key] for m in messages
+            if m["msg_type"] == "comm_msg" and m["content"].get("comm_id") == comm_id
+            and key in m["content"]["data"].get("state", {})]  # fmt: skip
+
+
 def _run(kc, code: str, seen: list[dict]) -> dict:
     return kc.execute_interactive(code, timeout=120, output_hook=seen.append)
 
@@ -269,7 +286,14 @@ def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in
         )
         kc.shell_channel.send(click)
         after: list[dict] = []
-        _drain(kc, 4, after)
+
+        # read until the status line says the replay ended and the button is on again: execute_interactive (below)
+        # drops every iopub message that is not its own cell's, so the replay's updates must be in before it
+        def replayed(messages: list[dict]) -> bool:
+            said = _states(messages, status, "value")
+            return bool(said) and "Recovered" in said[-1] and _states(messages, button, "disabled")[-1:] == [False]
+
+        _drain_until(kc, replayed, after)
         reply = _run(kc, "print(repr((labels.tolist(), os.getpid() == PID if 'PID' in dir() else None)))", after)
         assert reply["content"]["status"] == "ok"
         _drain(kc, 1, after)
@@ -282,23 +306,10 @@ def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in
         copied: list[dict] = []
         _drain(kc, 3, copied)
 
-    updates = [
-        m["content"]["data"]["state"]
-        for m in after
-        if m["msg_type"] == "comm_msg"
-        and m["content"]["comm_id"] == status
-        and "value" in m["content"]["data"]["state"]
-    ]
-    texts = [u["value"] for u in updates]
+    texts = _states(after, status, "value")
     assert any("Restarting the kernel" in t for t in texts)
     assert "Recovered: 3 cell(s) replayed" in texts[-1], texts  # sent by the new process, in words
-    disabled = [
-        m["content"]["data"]["state"]["disabled"]
-        for m in after
-        if m["msg_type"] == "comm_msg"
-        and m["content"]["comm_id"] == button
-        and "disabled" in m["content"]["data"]["state"]
-    ]
+    disabled = _states(after, button, "disabled")
     assert disabled[0] is True and disabled[-1] is False  # off while it restarts, on again once replayed
     values = [
         m["content"]["data"]["state"].get("value", "")
