@@ -150,9 +150,13 @@ def test_two_restarts_in_a_row_keep_the_whole_history(kernel):
     run_ok(kernel, "b = a + 1")
     run_ok(kernel, "%cudaguard restart --replay all")
     assert state(kernel, "(a, b, os.getpid() == PID)") == (1, 2, True)
-    report = run_ok(kernel, "%cudaguard replay --report").stdout
+    # read from the execute reply: this client read no iopub since the restart's idle (which the old process sent),
+    # and on ipykernel 6 nothing says when its iopub has subscribed again, so the next cell's output may be lost
+    # (docs/restart.md, the limits); the history is what this test is about
+    guard = "__import__('nb_cudaguard').get_guard()"
+    report = state(kernel, f"{guard}.last_replay.to_text()")
     assert "b = a + 1" in report and "a = 1" in report
-    sources = value(kernel, "[c.source for c in __import__('nb_cudaguard').get_guard().journal]")
+    sources = state(kernel, f"[c.source for c in {guard}.journal]")
     assert sources.count("%cudaguard restart --replay all") == 2
 
 
