@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from kernel_helpers import ENV, run_ok, value
+from kernel_helpers import ENV, run_ok, state, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 
@@ -162,4 +162,6 @@ def test_a_refused_handoff_still_answers_every_request_kept_in_it(kernel):
     assert all("was sent while the kernel restarted" in content["evalue"] for content in refused)
     # the first refused request fails as a cell would, and the kernel aborts the ones queued behind it
     assert set(statuses) <= {"ok", "error", "aborted"} and (not refused or statuses[0] in ("ok", "error")), statuses
-    assert value(kernel, "'marker' in globals()") is False  # nothing in the refused handoff was run
+    # from the execute reply: this client read only shell replies during the restart, and on ipykernel 6 nothing says
+    # when its iopub has subscribed again (docs/restart.md, the limits): a printed value could be lost
+    assert state(kernel, "'marker' in globals()") is False  # nothing in the refused handoff was run
