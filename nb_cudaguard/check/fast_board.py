@@ -96,23 +96,25 @@ class Board:
 
     def defer(self, site: int, x, bad) -> None:
         """Fold ``bad`` (shaped like ``x``, a detached input) later, in call order (so the first firing still
-        sticks); at once where it cannot wait: an input too large to hold, or one without a version counter
-        (made under ``torch.inference_mode``), whose in-place change could not be seen."""
-        if bad.numel() > HOLD_ELEMENTS or x.is_inference():
+        sticks); at once where it cannot wait: during a CUDA graph capture (the fold must be in the graph), for an
+        input too large to hold, or one without a version counter (made under ``torch.inference_mode``), whose
+        in-place change could not be seen."""
+        capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing or bad.numel() > HOLD_ELEMENTS or x.is_inference():
             fold(site, x, bad, self.tag(site, x))
             return
         self._waiting.append((site, x, bad, x._version))
         self._held += bad.numel()
         if len(self._waiting) >= HOLD_ENTRIES or self._held >= HOLD_ELEMENTS:
-            self.fold_waiting()
+            self._fold_all(self._take())  # mid-cell: too many held
 
-    def fold_waiting(self) -> None:
-        """The held checks' folds, in the order the checks ran (mid-cell, when too many are held); a changed
-        input's record says so (``STALE``)."""
+    def _take(self) -> list[tuple[int, Any, Any, int]]:
+        """The held checks, in call order; none are held after."""
         waiting, self._waiting, self._held = self._waiting, [], 0
-        self._fold_all(waiting)
+        return waiting
 
     def _fold_all(self, entries: list[tuple[int, Any, Any, int]]) -> None:
+        """Their folds, in the order the checks ran; a changed input's record says so (``STALE``)."""
         for site, x, bad, version in entries:
             fold(site, x, bad, self.tag(site, x), stale=x._version != version)
 
@@ -123,9 +125,8 @@ class Board:
         number reduced from their masks, and only if one did (the cell has failed; a second read costs nothing
         that matters then) are they folded, in order, to find the first."""
         held: dict[Any, list[tuple[int, Any, Any, int]]] = {}
-        for entry in self._waiting:
+        for entry in self._take():
             held.setdefault(entry[2].device, []).append(entry)
-        self._waiting, self._held = [], 0
         firings = []
         for device in {**self.tensors, **held}:
             state = self.state(device)
@@ -147,7 +148,7 @@ class Board:
         return firings
 
     def reset(self) -> None:
-        self._waiting, self._held = [], 0
+        self._take()
         for state in self.tensors.values():
             state.zero_()
 

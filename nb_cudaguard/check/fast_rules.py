@@ -24,12 +24,10 @@ def compiling() -> bool:
 
 
 def _fold(site: int, x, bad) -> None:
-    """Into the board: traced into the graph under ``torch.compile``, captured with the graph during a CUDA graph
-    capture, and otherwise held to be folded with the cell's other checks (``Board.defer``)."""
+    """Into the board: traced into the graph under ``torch.compile``, otherwise held to be folded with the cell's
+    other checks where it can wait (``Board.defer``)."""
     if compiling():
         fold(site, x.detach(), bad)
-    elif x.is_cuda and torch.cuda.is_current_stream_capturing():
-        fold(site, x.detach(), bad, BOARD.tag(site, x))
     else:
         BOARD.defer(site, x.detach(), bad)
 
