@@ -9,8 +9,6 @@ from nb_cudaguard.cli.kernelsession import CellResult, KernelSession
 
 # Every kernel gets this checkout on its path, so that it loads this nb_cudaguard, before and after the exec.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# ipykernel 7 sends a welcome message when a client subscribes to iopub; ipykernel 6 (a PUB socket) says nothing.
-SENDS_WELCOME = int(__import__("ipykernel").__version__.split(".")[0]) >= 7
 ENV = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
 
 

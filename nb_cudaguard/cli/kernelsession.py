@@ -5,6 +5,7 @@ Kept small: start a kernel, run code, collect what a frontend would show, shut d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
@@ -14,6 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jupyter_client.blocking.client import BlockingKernelClient
     from jupyter_client.manager import KernelManager
+
+# Set to a file's path, the kernel's own stdout and stderr (its log: ipykernel's and nb_cudaguard's warnings, and the
+# C-level output it mirrors) are appended there instead of going nowhere: for a failure that a soak run shows once.
+KERNEL_LOG_ENV = "NB_CUDAGUARD_KERNEL_LOG"
 
 
 @dataclass
@@ -59,14 +64,11 @@ class KernelSession:
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # ipykernel skips fd capture
         env.update(self.extra_env)
         self.km = KernelManager(kernel_name=self.kernel_name)
-        # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere: a client sees the copies.
-        self.km.start_kernel(
-            env=env,
-            cwd=self.cwd,
-            extra_arguments=self.extra_args,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere, or to KERNEL_LOG_ENV's file:
+        # a client sees the copies.
+        log = os.environ.get(KERNEL_LOG_ENV)
+        with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as sink:
+            self.km.start_kernel(env=env, cwd=self.cwd, extra_arguments=self.extra_args, stdout=sink, stderr=sink)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

@@ -1,7 +1,7 @@
 """When a client is back on iopub after the exec: what the new process waits for before it answers the requests
 kept during the restart, and before a reattached panel speaks. ipykernel internals used here: the iopub thread's
-``_send_welcome_message`` (7), its ``socket`` and its thread's start time; part of ``kernel_internals``' list,
-kept apart for its size.
+``_send_welcome_message`` (7), ``IPKernelApp.init_iopub`` (6), the thread's ``socket`` and ``io_loop``, and its
+start time; part of ``kernel_internals``' list, kept apart for its size.
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ async def wait_for_clients(kernel, seconds: float | None = None) -> None:
 async def hold_until_subscribed(kernel) -> None:
     """After the kept requests are answered: the next request waits (at most ``CLIENT_WAIT``) until a client has
     subscribed again, since one that read its replies before its iopub subscribes only when it next reads iopub.
-    Only where a welcome proves the subscription (``watch_welcomes_from_start``); elsewhere there is no sign to
-    wait for, and on ipykernel 6 holding its queue would also keep a failed request's abort going (it is ended by
-    an item queued behind), so that the next cell would be aborted."""
-    if _WELCOMES.watched_from_start:
+    Only where every subscription of this process is seen (``watch_subscriptions_from_start``); elsewhere there is no
+    sign to wait for."""
+    if _SUBSCRIPTIONS.watched_from_start:
         await wait_for_clients(kernel, seconds=CLIENT_WAIT)
 
 
@@ -57,14 +56,15 @@ def clients_are_back(kernel) -> bool:
     client that waits for shell replies before it reads iopub is connected and not subscribed for as long as it
     waits, and everything published meanwhile is dropped.
 
-    ipykernel 7 says when a subscription arrives with its welcome message. Watched from the process's start
-    (``watch_welcomes_from_start``, run by the config file the restart passes to the new process), a welcome is
-    the one proof. Watched only from the extension's load (a kernel started another way), the first welcome may
-    have gone out before the watch; and ipykernel 6 has a PUB socket and no welcome: there the one sign is a
-    client's TCP connection to the iopub port that has stood for ``_SUBSCRIBE_GRACE``, never at once.
+    Watched from the process's start (``watch_subscriptions_from_start``, run by the config file the restart passes to
+    the new process), a subscription is seen as it arrives: ipykernel 7's welcome message, or the subscription
+    ipykernel 6's iopub socket, made an XPUB, hands up; that is the one proof. Watched only from the extension's
+    load (a kernel started another way), the first welcome may have gone out before the watch; and ipykernel 6's
+    PUB socket says nothing: there the one sign is a client's TCP connection to the iopub port that has stood for
+    ``_SUBSCRIBE_GRACE``, never at once.
     """
-    if _WELCOMES.watched_from_start:
-        return _WELCOMES.seen.is_set()
+    if _SUBSCRIPTIONS.watched_from_start:
+        return _SUBSCRIPTIONS.seen.is_set()
     watch = _welcome_watch(kernel)
     if watch is not None and watch.clients_back.is_set():
         return True
@@ -90,42 +90,92 @@ def _iopub_peer(kernel) -> bool:
 def clients_back(kernel) -> threading.Event:
     """Set when a client subscribes to iopub again (ipykernel 7 then sends its welcome message): replies and output
     sent before that would be dropped. One wrapper per process, shared by every waiter."""
-    if _WELCOMES.watched_from_start:
-        return _WELCOMES.seen
+    if _SUBSCRIPTIONS.watched_from_start:
+        return _SUBSCRIPTIONS.seen
     watch = _welcome_watch(kernel, install=True)
     return watch.clients_back if watch is not None else threading.Event()
 
 
 class _FromStart:
-    """Welcomes that ipykernel's iopub thread sent since this process started: the process-wide record that
-    ``watch_welcomes_from_start`` fills."""
+    """Subscriptions to iopub since this process started (ipykernel 7's welcomes, or what ipykernel 6's socket
+    handed up): the process-wide record that ``watch_subscriptions_from_start`` fills."""
 
     def __init__(self) -> None:
         self.watched_from_start = False
         self.seen = threading.Event()
+        self.streams: list[Any] = []  # ipykernel 6: the reader of the XPUB's subscriptions, kept referenced
 
 
-_WELCOMES = _FromStart()
+_SUBSCRIPTIONS = _FromStart()
 
 
-def watch_welcomes_from_start() -> None:
-    """Wrap ipykernel 7's welcome sender on its class, before the kernel binds its sockets, so that no welcome of
-    this process goes unseen. Run by ``relaunch/kernel_config.py``, which the in-place restart passes to the new
-    process as an IPython config file: config files are read before ipykernel starts its iopub thread. Does
-    nothing outside a kernel (a terminal IPython never imported ipykernel) or where ipykernel has no welcome (6)."""
+def watch_subscriptions_from_start() -> None:
+    """Watch every iopub subscription of this process, from before the kernel binds its sockets, so that none goes
+    unseen. Run by ``relaunch/kernel_config.py``, which the in-place restart passes to the new process as an IPython
+    config file: config files are read before ipykernel starts its iopub thread.
+
+    ipykernel 7 sends a welcome message for each subscription: its sender is wrapped on its class. ipykernel 6's
+    iopub is a PUB socket, which takes subscriptions in silence: there the socket it asks for is made an XPUB
+    (``_XPubContext``), which publishes the same and also hands each new subscription up, and a reader on the iopub
+    thread's own loop notes it. Without this a client on ipykernel 6 that read its replies before its iopub lost
+    the output of the next request. Does nothing outside a kernel (a terminal IPython never imported ipykernel)."""
     iostream = sys.modules.get("ipykernel.iostream")
     thread_class: Any = getattr(iostream, "IOPubThread", None)
-    send = getattr(thread_class, "_send_welcome_message", None)
-    if send is None or _WELCOMES.watched_from_start:
+    app_class: Any = getattr(sys.modules.get("ipykernel.kernelapp"), "IPKernelApp", None)
+    if thread_class is None or _SUBSCRIPTIONS.watched_from_start:
         return
-    seen = _WELCOMES.seen
+    seen = _SUBSCRIPTIONS.seen
+    send = getattr(thread_class, "_send_welcome_message", None)
+    if send is not None:
 
-    def send_and_note(self, subscription: str) -> object:
-        seen.set()
-        return send(self, subscription)
+        def send_and_note(self, subscription: str) -> object:
+            seen.set()
+            return send(self, subscription)
 
-    thread_class._send_welcome_message = send_and_note
-    _WELCOMES.watched_from_start = True
+        thread_class._send_welcome_message = send_and_note
+    elif app_class is not None and hasattr(app_class, "init_iopub"):
+        init_iopub = app_class.init_iopub
+
+        def init_iopub_on_xpub(self, context) -> None:
+            init_iopub(self, _XPubContext(context))
+            thread = self.iopub_thread
+            thread.io_loop.add_callback(_note_subscriptions, thread.socket, thread.io_loop)
+
+        app_class.init_iopub = init_iopub_on_xpub
+    else:
+        return
+    _SUBSCRIPTIONS.watched_from_start = True
+
+
+class _XPubContext:
+    """The ZMQ context as ipykernel 6's ``init_iopub`` sees it: the PUB socket it asks for comes as an XPUB, which
+    sends exactly as a PUB does; every other call goes to the real context."""
+
+    def __init__(self, context) -> None:
+        self._context = context
+
+    def socket(self, kind: int, *args, **kwargs):
+        import zmq
+
+        return self._context.socket(zmq.XPUB if kind == zmq.PUB else kind, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+def _note_subscriptions(socket, loop) -> None:
+    """On the iopub thread (a ZMQ socket belongs to one thread): read what the XPUB hands up, a frame starting
+    with 1 for each new subscription, 0 when the last subscriber of a topic leaves."""
+    from zmq.eventloop.zmqstream import ZMQStream
+
+    stream = ZMQStream(socket, loop)
+
+    def on_frames(frames: list[bytes]) -> None:
+        if frames and frames[0][:1] == b"\x01":
+            _SUBSCRIPTIONS.seen.set()
+
+    stream.on_recv(on_frames)
+    _SUBSCRIPTIONS.streams.append(stream)
 
 
 def _welcome_watch(kernel, install: bool = False) -> _WelcomeWatch | None:

@@ -9,16 +9,9 @@ import sys
 import time
 
 import pytest
-from kernel_helpers import ENV, SENDS_WELCOME, run_ok, state, value
+from kernel_helpers import ENV, run_ok, state, value
 
 from nb_cudaguard.cli.kernelsession import KernelSession
-
-# ipykernel 7 says when a client subscribes to iopub (its welcome message); ipykernel 6's iopub is a PUB socket that
-# says nothing, so there a client that does not read iopub during the restart can lose output (docs/restart.md).
-needs_welcome = pytest.mark.skipif(
-    not SENDS_WELCOME,
-    reason="ipykernel 6 gives no sign of a client's iopub subscription",
-)
 
 pytestmark = [pytest.mark.kernel]
 
@@ -80,7 +73,6 @@ def test_a_request_sent_during_the_restart_runs_after_the_replay_in_order(kernel
     assert state(kernel, "os.getpid() == PID") is True
 
 
-@needs_welcome
 def test_a_client_that_reads_nothing_during_the_restart_gets_every_requests_output(kernel):
     """A client's socket subscribes again only when the client next reads iopub (libzmq attaches the reconnected
     pipe then): until that subscription the kept requests wait, so their output is not published into the void."""
@@ -94,7 +86,6 @@ def test_a_client_that_reads_nothing_during_the_restart_gets_every_requests_outp
     assert _statuses(kc, 3) == dict.fromkeys(ids, "ok")
 
 
-@needs_welcome
 def test_a_client_that_waits_for_replies_before_reading_iopub_gets_the_next_requests_output(kernel):
     """Replies first, iopub later (as a client that collects statuses does): the first request sent after the
     replies waits for the client's subscription, so its output arrives however late the client reads it."""
