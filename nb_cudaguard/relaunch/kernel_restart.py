@@ -27,7 +27,7 @@ _IOPUB_GRACE = 0.01
 _END_OF_REQUESTS = b"nb_cudaguard: end of requests"
 # Room reserved for what the handoff gains after the point of no return: the requests that arrive while the kernel
 # stops reading (a cell's request is a few kB) and the children it ends.
-_LATE_BYTES = 1024 * 1024
+LATE_BYTES = 1024 * 1024
 
 
 class KernelRestart:
@@ -80,7 +80,7 @@ class KernelRestart:
             # The handoff is written once everything is closed; its space is taken now, so that a disk that is full
             # (or unwritable) calls the restart off here, before anything is closed, and one that fills meanwhile
             # cannot stop the write after the point of no return.
-            self._reserved = handoff.reserve(self.binding, self._content([]).to_document(), _LATE_BYTES)
+            self._reserved = handoff.reserve(self.binding, self._content([]).to_document(), LATE_BYTES)
             stage = "stopping"
             socket = await self._stop_reading_requests()
             self.children = reexec.end_children()

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.relaunch import reexec
 from nb_cudaguard.relaunch.handoff_content import RestartOptions
-from nb_cudaguard.relaunch.kernel_restart import KernelRestart
+from nb_cudaguard.relaunch.kernel_restart import LATE_BYTES, KernelRestart
 from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
@@ -90,9 +90,7 @@ def restart(
         try:
             plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
         except (OSError, NbCudaguardError) as exc:
-            from nb_cudaguard.carry.files import discard_all
-
-            discard_all(handoff.binding_for(shell))
+            _discard_written(handoff.binding_for(shell))
             raise RestartError(
                 f"nb_cudaguard: the restart was not started, because the values to carry could not be written "
                 f"({exc}). Nothing changed; `%cudaguard restart --no-carry` restarts without carrying them."
@@ -109,6 +107,15 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
+
+
+def _discard_written(binding: handoff.Binding) -> None:
+    """The restart is called off: what it wrote for the new process (carried values, the snapshot) is removed."""
+    from nb_cudaguard.carry.files import discard_all
+    from nb_cudaguard.snapshot.files import discard as discard_snapshot
+
+    discard_all(binding)
+    discard_snapshot(binding)
 
 
 def _snapshot_manifest(guard: CudaGuardState, plan: ReplayPlan):
@@ -130,14 +137,25 @@ def _snapshot_manifest(guard: CudaGuardState, plan: ReplayPlan):
 
 
 def _restart_terminal(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions) -> None:
+    """As in a kernel, the handoff's space is reserved before anything is ended: a full disk or a private directory
+    that is not private calls the restart off in one line, and this IPython goes on as it was."""
     shell = guard.shell
-    mark_restart_cell(guard.current_cell)
     binding = handoff.binding_for(shell, create_secret=True)
-    children = reexec.end_children()
-    content = handoff_for(
-        guard, plan, options, how="exec", children_ended=tuple(children), execution_count=_next_count(shell)
-    )
-    path = handoff.write(binding, content.to_document())
+    count = _next_count(shell)
+
+    def content(children: tuple[str, ...]) -> dict:
+        made = handoff_for(guard, plan, options, how="exec", children_ended=children, execution_count=count)
+        return made.to_document()
+
+    try:
+        reserved = handoff.reserve(binding, content(()), LATE_BYTES)
+    except (OSError, handoff.HandoffError) as exc:
+        _discard_written(binding)
+        raise RestartError(
+            f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this IPython goes on as it was."
+        ) from None
+    mark_restart_cell(guard.current_cell)
+    path = handoff.write(binding, content(tuple(reexec.end_children())), reserved)
     print(announce(plan, "IPython"), flush=True)
     try:
         shell.history_manager.end_session()

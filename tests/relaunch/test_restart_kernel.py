@@ -227,45 +227,78 @@ def test_a_tampered_or_foreign_handoff_is_refused_and_never_run(kernel, kind, wh
     assert value(kernel, "__import__('os').getpid()") == kernel.pid
 
 
-def _terminal_ipython():
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **ENV)
-    env.pop("PYTEST_CURRENT_TEST", None)
-    argv = [sys.executable, "-m", "IPython", "--simple-prompt", "--no-banner", "--colors=nocolor", "--quick"]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+class _TerminalIPython:
+    """Terminal IPython through a pipe, one line at a time: the exec drops whatever Python had already read ahead
+    from stdin."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **ENV, **(extra_env or {}))
+        env.pop("PYTEST_CURRENT_TEST", None)
+        argv = [sys.executable, "-m", "IPython", "--simple-prompt", "--no-banner", "--colors=nocolor", "--quick"]
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        self.seen = b""
+
+    def send(self, line: str, wait_for: str, timeout: float = 60) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line.encode() + b"\n")
+        self.process.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while wait_for.encode() not in self.seen:
+            assert time.monotonic() < deadline, self.seen.decode(errors="replace")
+            if select.select([self.process.stdout], [], [], 0.2)[0]:
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                assert chunk, self.seen.decode(errors="replace")
+                self.seen += chunk
+
+    def close(self) -> str:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(30)
+        return self.seen.decode()
 
 
 def test_terminal_ipython_restarts_in_place_and_replays():
-    process = _terminal_ipython()
-    seen = b""
-
-    def send(line: str, wait_for: str, timeout: float = 60) -> None:
-        # one line at a time: the exec drops whatever Python had already read ahead from stdin
-        nonlocal seen
-        process.stdin.write(line.encode() + b"\n")
-        process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        while wait_for.encode() not in seen:
-            assert time.monotonic() < deadline, seen.decode(errors="replace")
-            if select.select([process.stdout], [], [], 0.2)[0]:
-                chunk = os.read(process.stdout.fileno(), 65536)
-                assert chunk, seen.decode(errors="replace")
-                seen += chunk
-
+    terminal = _TerminalIPython()
     try:
-        send("%load_ext nb_cudaguard", "In [2]")
-        send("import os, time; items = [1, 2]; pid0 = os.getpid()", "In [3]")
-        send("items.append(3)", "In [4]")
-        send("time.sleep(0.5); table = list(range(1000))", "In [5]")
-        send("print(table[0]); missing", "In [6]")
-        send("%cudaguard restart --replay all", "In [7]")
-        send("print('AFTER', os.getpid() == pid0, items, sum(table))", "AFTER True [1, 2, 3] 499500")
+        terminal.send("%load_ext nb_cudaguard", "In [2]")
+        terminal.send("import os, time; items = [1, 2]; pid0 = os.getpid()", "In [3]")
+        terminal.send("items.append(3)", "In [4]")
+        terminal.send("time.sleep(0.5); table = list(range(1000))", "In [5]")
+        terminal.send("print(table[0]); missing", "In [6]")
+        terminal.send("%cudaguard restart --replay all", "In [7]")
+        terminal.send("print('AFTER', os.getpid() == pid0, items, sum(table))", "AFTER True [1, 2, 3] 499500")
     finally:
-        process.stdin.close()
-        process.wait(30)
-    text = seen.decode()
+        text = terminal.close()
     assert "restarting IPython in place" in text
     assert "replaying 2/2: [3] items.append(3)" in text
     assert "replayed 2/2 cell(s)" in text and "carried 1 value(s)" in text  # [4] skipped: its table is carried
+
+
+def test_terminal_ipython_says_in_one_line_why_a_restart_cannot_start_and_goes_on(tmp_path):
+    """Terminal IPython's handoff goes to ``$XDG_RUNTIME_DIR/nb_cudaguard``; one that others can enter is refused.
+    The restart is called off before anything is ended (a child process lives on), with one line and no traceback
+    through the package, and the session keeps its values and its process."""
+    (tmp_path / "nb_cudaguard").mkdir(mode=0o755)
+    os.chmod(tmp_path / "nb_cudaguard", 0o755)
+    terminal = _TerminalIPython({"XDG_RUNTIME_DIR": str(tmp_path)})
+    try:
+        terminal.send("%load_ext nb_cudaguard", "In [2]")
+        terminal.send("import os, subprocess; items = [1, 2]; pid0 = os.getpid()", "In [3]")
+        terminal.send("child = subprocess.Popen(['sleep', '300'])", "In [4]")
+        terminal.send("print(items[0]); missing", "In [5]")
+        terminal.send("%cudaguard restart --replay all --no-carry", "In [6]")
+        terminal.send("print('AFTER', os.getpid() == pid0, items, child.poll())", "AFTER True [1, 2] None")
+        terminal.send("child.kill()", "In [8]")
+    finally:
+        text = terminal.close()
+    failure = text[text.index("In [5]") : text.index("AFTER")]
+    assert "RestartError: nb_cudaguard: the restart did not start (HandoffError: " in failure, failure
+    assert "is not a private directory" in failure and "this IPython goes on as it was." in failure
+    assert "Traceback" not in failure and "nb_cudaguard/" not in failure.split("not a private directory")[1], failure
+    assert "restarting IPython in place" not in text
+    assert os.listdir(tmp_path / "nb_cudaguard") == []
 
 
 @pytest.mark.gpu
