@@ -15,7 +15,13 @@ from pathlib import Path
 from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch import reexec, subshells
 from nb_cudaguard.relaunch.handoff_content import Handoff, RestartOptions
-from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell, write_startup_file
+from nb_cudaguard.relaunch.preparation import (
+    announce,
+    discard_written,
+    handoff_for,
+    mark_restart_cell,
+    write_startup_file,
+)
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import ReplayPlan
@@ -177,13 +183,9 @@ class KernelRestart:
 
     async def _abort(self, exc: BaseException) -> None:
         """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
-        from nb_cudaguard.carry.files import discard_all
         from nb_cudaguard.relaunch.resume import show_at_next_cell
 
-        discard_all(self.binding)  # the values it had written for the new process are never read
-        from nb_cudaguard.snapshot.files import discard as discard_snapshot
-
-        discard_snapshot(self.binding)
+        discard_written(self.binding)
         self.guard.restarting = False
         failure = (
             f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this kernel goes on as it was."

@@ -10,9 +10,20 @@ from typing import Any
 from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.relaunch.handoff_content import Handoff, RestartOptions
 from nb_cudaguard.relaunch.session_state import CudaGuardState
+from nb_cudaguard.replay.handoff import Binding
 from nb_cudaguard.replay.plan import ReplayPlan
 
 RESTART_STATUS = "restart"
+
+
+def discard_written(binding: Binding) -> None:
+    """The restart is called off: what it wrote for the new process (carried values, the snapshot) is removed,
+    since no process will ever read it."""
+    from nb_cudaguard.carry.files import discard_all
+    from nb_cudaguard.snapshot.files import discard as discard_snapshot
+
+    discard_all(binding)
+    discard_snapshot(binding)
 
 
 def handoff_for(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions, **fields: Any) -> Handoff:

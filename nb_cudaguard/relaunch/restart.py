@@ -32,7 +32,7 @@ from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.relaunch import reexec
 from nb_cudaguard.relaunch.handoff_content import RestartOptions
 from nb_cudaguard.relaunch.kernel_restart import LATE_BYTES, KernelRestart
-from nb_cudaguard.relaunch.preparation import announce, handoff_for, mark_restart_cell
+from nb_cudaguard.relaunch.preparation import announce, discard_written, handoff_for, mark_restart_cell
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import MODES, ReplayPlan, build_plan
@@ -90,7 +90,7 @@ def restart(
         try:
             plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
         except (OSError, NbCudaguardError) as exc:
-            _discard_written(handoff.binding_for(shell))
+            discard_written(handoff.binding_for(shell))
             raise RestartError(
                 f"nb_cudaguard: the restart was not started, because the values to carry could not be written "
                 f"({exc}). Nothing changed; `%cudaguard restart --no-carry` restarts without carrying them."
@@ -107,15 +107,6 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
-
-
-def _discard_written(binding: handoff.Binding) -> None:
-    """The restart is called off: what it wrote for the new process (carried values, the snapshot) is removed."""
-    from nb_cudaguard.carry.files import discard_all
-    from nb_cudaguard.snapshot.files import discard as discard_snapshot
-
-    discard_all(binding)
-    discard_snapshot(binding)
 
 
 def _snapshot_manifest(guard: CudaGuardState, plan: ReplayPlan):
@@ -150,7 +141,7 @@ def _restart_terminal(guard: CudaGuardState, plan: ReplayPlan, options: RestartO
     try:
         reserved = handoff.reserve(binding, content(()), LATE_BYTES)
     except (OSError, handoff.HandoffError) as exc:
-        _discard_written(binding)
+        discard_written(binding)
         raise RestartError(
             f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this IPython goes on as it was."
         ) from None

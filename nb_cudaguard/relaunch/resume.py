@@ -25,6 +25,7 @@ from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
+from nb_cudaguard.relaunch.preparation import discard_written
 from nb_cudaguard.relaunch.running import (
     OUTPUT_TAIL,
     KeptRequests,
@@ -52,10 +53,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
     _remove_what_dead_kernels_left(shell, binding)
     path = handoff.pending(binding) or _announced(announced)
     if path is None:
-        from nb_cudaguard.carry.files import discard_all
-
-        discard_all(binding)  # values of a restart of this kernel that never wrote its handoff
-        snapshot_files.discard(binding)
+        discard_written(binding)  # of a restart of this kernel that never wrote its handoff
         if announced:
             guard.restart_failure = f"nb_cudaguard: the restart handoff {announced} is missing; nothing was replayed."
             show_at_next_cell(shell, lambda: guard.restart_failure)
@@ -64,10 +62,7 @@ def resume_after_restart(shell, guard: CudaGuardState) -> None:
         document = handoff.consume(binding, path)
     except handoff.HandoffError as exc:
         guard.restart_failure = str(exc)
-        from nb_cudaguard.carry.files import discard_all
-
-        discard_all(binding)  # values that came with it are never read
-        snapshot_files.discard(binding)
+        discard_written(binding)  # what came with it is never read
         _log(shell, str(exc))
         show_at_next_cell(shell, lambda: guard.restart_failure)
         kernel = getattr(shell, "kernel", None)
