@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from kernel_helpers import ENV, run_ok, state, value
@@ -38,23 +39,44 @@ def test_a_changed_temporary_directory_does_not_lose_the_replay(kernel, tmp_path
     assert value(kernel, "found") == []
 
 
+# Where the kernel dies, as a cell that arranges it: the old process's own steps are patched; the new image is
+# reached through a sitecustomize that only it imports (on the PYTHONPATH the old process hands to the exec; the
+# kernel manager's restart uses its own environment).
+KILL = "os.kill(os.getpid(), signal.SIGKILL)"
+DIE_AT = {
+    "end_children": f"import nb_cudaguard.relaunch.reexec as r\nr.end_children = lambda *_: {KILL}",
+    "exec_self": f"import nb_cudaguard.relaunch.reexec as r\nr.exec_self = lambda *_: {KILL}",
+    "new_image": KILL,
+    "handoff_taken": f"import nb_cudaguard.replay.handoff as h\ntake = h.consume\nh.consume = lambda *a: (take(*a), {KILL})[0]",
+}
+
+
+def _die_at(where: str, site: Path) -> str:
+    if where in ("end_children", "exec_self"):
+        return f"import os, signal\n{DIE_AT[where]}"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import os, signal\n{DIE_AT[where]}\n")
+    return f"import os\nos.environ['PYTHONPATH'] = {str(site)!r} + os.pathsep + os.environ['PYTHONPATH']"
+
+
 @pytest.mark.parametrize(
     ("where", "said_after"),
     [
-        ("exec_self", "refused the restart handoff"),  # the exec window: the handoff is written
         ("end_children", ""),  # between the space reserved for the handoff and its write: nothing to refuse
+        ("exec_self", "refused the restart handoff"),  # the exec window: the handoff is written
+        ("new_image", "refused the restart handoff"),  # right after the exec, before Python has read anything
+        ("handoff_taken", ""),  # during the load: the handoff consumed, the carried values not yet read
     ],
 )
-def test_a_kernel_killed_in_the_exec_window_leaves_nothing_for_the_next_session(kernel, where, said_after):
+def test_a_kernel_killed_at_any_step_of_the_restart_leaves_nothing_for_the_next_session(
+    kernel, tmp_path, where, said_after
+):
     run_ok(kernel, "import time\nimport numpy as np")
     run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")  # slow to rebuild: carried
     assert kernel.run("values[0] + missing_name").status == "error"
-    run_ok(
-        kernel,
-        f"import os, signal\nimport nb_cudaguard.relaunch.reexec as r\nr.{where} = lambda *_: os.kill(os.getpid(), signal.SIGKILL)",
-    )
+    run_ok(kernel, _die_at(where, tmp_path / "site"))
     first_pid = kernel.pid
-    kernel.kc.execute("%cudaguard restart")  # dies in the exec window
+    kernel.kc.execute("%cudaguard restart")  # dies at `where`
     _restart_by_manager(kernel, first_pid)
     run_ok(kernel, "%load_ext nb_cudaguard")
     said = run_ok(kernel, "print('values' in dir())")
