@@ -328,7 +328,8 @@ def test_restart_frees_gpu_memory_after_a_real_device_assert(kernel):
 
 def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_replays(tmp_path):
     """Where the exec is not possible: the kernel exits, jupyter_client's restarter relaunches it from the
-    kernelspec, and a one-shot startup file in the profile loads nb_cudaguard there."""
+    kernelspec, and a one-shot startup file in the profile loads nb_cudaguard there. A request sent while the kernel
+    goes down is kept, runs after the replay and gets its reply and its output."""
     import asyncio
 
     from jupyter_client.ioloop import AsyncIOLoopKernelManager
@@ -356,15 +357,27 @@ def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_repl
             restart = "import nb_cudaguard\nnb_cudaguard.restart('all', method='exit')"
             for code in ("%load_ext nb_cudaguard", "x = 41", restart):
                 assert (await run(code))[0] == "ok"
+            kept_id = client.execute("x += 1\nprint('kept', x)")  # sent while the kernel goes down
             for _ in range(120):
                 await asyncio.sleep(0.25)
                 if _kernel_pid(manager) not in (first_pid, None):  # None: the restarter is relaunching it
                     break
             assert _kernel_pid(manager) not in (first_pid, None)
-            await client.wait_for_ready(timeout=60)
-            status, text = await run("print(x + 1)")
-            assert status == "ok" and text.endswith("42\n")
+            # read as a frontend does, iopub first (no wait_for_ready: it would take the kept request's messages)
+            text = ""
+            while True:
+                msg = await client.get_iopub_msg(timeout=60)
+                if msg["parent_header"].get("msg_id") != kept_id:
+                    continue
+                text += msg["content"].get("text", "")
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+            while (reply := await client.get_shell_msg(timeout=60))["parent_header"].get("msg_id") != kept_id:
+                pass
+            assert reply["content"]["status"] == "ok" and text.endswith("kept 42\n"), text
             assert "exit and auto-restart by the kernel manager" in text and "replayed 1/1 cell(s)" in text
+            status, after = await run("print(x + 1)")
+            assert status == "ok" and after.endswith("43\n")
             assert not list((tmp_path / "profile_default" / "startup").glob("00-nb_cudaguard-resume*.py"))
         finally:
             client.stop_channels()
