@@ -135,6 +135,17 @@ def test_restart_without_replay_starts_empty_in_the_same_process(kernel):
     assert f"{child} (sleep 300)" in run_ok(kernel, "%cudaguard replay --report").stdout
 
 
+def test_a_file_a_cell_pointed_fd_1_at_is_left_byte_for_byte_as_it_was(kernel, tmp_path):
+    """The restart wakes ipykernel's pipe reader with a byte written to fd 1 only while fd 1 is still that pipe: a
+    cell that pointed fd 1 at a file (``os.dup2``) must not find a NUL in it, nor anything else of the restart's."""
+    target = tmp_path / "out.bin"
+    run_ok(kernel, f"import os\nf = open({str(target)!r}, 'wb')\nos.dup2(f.fileno(), 1)\nos.write(1, b'before\\n')")
+    run_ok(kernel, "%cudaguard restart --replay none")
+    assert state(kernel, "__import__('os').getpid()") == kernel.pid  # restarted in place
+    assert run_ok(kernel, "print('after')").stdout.strip().splitlines()[-1] == "after"
+    assert target.read_bytes() == b"before\n"
+
+
 def test_two_restarts_in_a_row_keep_the_whole_history(kernel):
     run_ok(kernel, "a = 1")
     run_ok(kernel, "%cudaguard restart --replay all")
