@@ -7,7 +7,11 @@ Each round sends ``%cudaguard restart --replay all`` and, right behind it, ``--r
 marker, so that they reach the kernel while it execs and replays. Two kinds of client take turns:
 
 - ``reads``: reads iopub all along (as JupyterLab's server does);
-- ``late``: reads nothing for half a second, then its iopub (a script that sends and looks later).
+- ``late``: reads nothing for half a second, then its iopub (a script that sends and looks later);
+- ``replies_first``: reads every shell reply before any iopub (a client that collects statuses first), then sends
+  ``--requests`` more cells and reads their output. Its iopub subscribes again only when it next reads iopub, so
+  the output of those later cells is lost unless the kernel waits for that subscription; counted are the later
+  cells (the output of the cells kept during the restart cannot reach a client that does not subscribe at all).
 
 Counted per kind: restarts, requests sent, replies, requests whose printed marker never arrived (lost output),
 and, once the kernel has shut down, what stayed in nb_cudaguard's private directories (handoffs, carried values).
@@ -30,7 +34,7 @@ from soak_restart import leftovers
 
 from nb_cudaguard.cli.kernelsession import KernelSession
 
-KINDS = ("reads", "late")
+KINDS = ("reads", "late", "replies_first")
 
 
 def one_round(kc, round_: int, requests: int, kind: str, timeout: float = 120) -> tuple[int, int]:
@@ -41,6 +45,10 @@ def one_round(kc, round_: int, requests: int, kind: str, timeout: float = 120) -
         time.sleep(0.5)
     waiting = {restart, *markers}
     replies: set[str] = set()
+    if kind == "replies_first":
+        _replies(kc, waiting, timeout)
+        markers = {kc.execute(f"print('after-{round_}-{n}')"): f"after-{round_}-{n}" for n in range(requests)}
+        waiting = set(markers)
     idle: set[str] = set()
     printed = dict.fromkeys(markers, "")
     deadline = time.monotonic() + timeout
@@ -61,6 +69,17 @@ def one_round(kc, round_: int, requests: int, kind: str, timeout: float = 120) -
             pass
     lost = sum(marker not in printed[msg_id] for msg_id, marker in markers.items())
     return len(replies & set(markers)), lost
+
+
+def _replies(kc, ids: set[str], timeout: float) -> None:
+    """Read shell replies, and nothing else, until every request in ``ids`` has one."""
+    replies: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while not ids <= replies and time.monotonic() < deadline:
+        try:
+            replies.add(kc.get_shell_msg(timeout=1)["parent_header"].get("msg_id"))
+        except queue.Empty:
+            pass
 
 
 def main() -> None:
