@@ -33,6 +33,7 @@ FAMILY = {
 _LABELS = ("F.cross_entropy", "nn.CrossEntropyLoss", "F.nll_loss", "nn.NLLLoss")
 _LABEL_CAUSE = "A class-index target is negative or >= the number of classes, and not ignore_index."
 _LABEL_FIX = "Make every target satisfy 0 <= t < C, or set ignore_index to the padding value."
+_VECTORIZED_GATHER_OP = "nn.Embedding / F.embedding / index_select with more than 16 ids (via gather_out)"
 _PROBS = ("torch.multinomial", "torch.distributions.Categorical.sample", "generate(do_sample=True)")
 _PROBS_CAUSE = "multinomial got a probability that is NaN, inf or negative, or a row that sums to 0."
 _PROBS_FIX = "Sample from finite, non-negative probabilities with a positive sum (softmax in float32, temperature > 0)."
@@ -161,13 +162,20 @@ def translate(entry: dict) -> dict:
         family = "other"
     if "Indexing.cu" in entry["file"] and "dstIndex" in condition:
         family = "advanced_index_out_of_bounds"
+    ops = entry["python_ops"]
+    if "vectorized gather kernel" in condition:
+        # index_select with more than 16 ids (nn.Embedding's forward) runs gather_out on an index expanded with
+        # stride 0, the only gather that ScatterGatherKernel.cu's fast_gather_kernel_eligible lets into this kernel;
+        # x[ids] reaches it only for whole 16-byte-aligned rows: either way a table's rows looked up by ids
+        family = "embedding_index_out_of_range"
+        ops = [_VECTORIZED_GATHER_OP, *ops]
     return {
         "file": entry["file"],
         "kernels": [k.strip() for k in entry["kernel_or_function"].split(",")],
         "condition": condition,
         "family": family,
         "reference_family": entry["family"],
-        "ops": entry["python_ops"],
+        "ops": ops,
         "cause": entry["cause"],
         "fix": entry["fix"],
         "user_facing": entry["user_facing"],

@@ -27,6 +27,7 @@ from nb_cudaguard.diagnosis.evidence import (
     codehints,
     embeddings,
     indexing,
+    libsites,
     lognumbers,
     logwords,
     losses,
@@ -56,6 +57,7 @@ CONTRADICTION = 0.5  # what a cause keeps when the printed assertion points at a
 # as much as the embedding's; a float index or a NaN cast to an index ends in any index-checking kernel.
 _ALSO_SUPPORTED_BY = {
     "index": ("embedding",),
+    "embedding": ("index",),
     "dtype": ("class_index", "embedding", "index"),
 }
 _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
@@ -132,7 +134,8 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     asserted = _catalog_causes(incident)
     sources = _sources(incident, code, journal)
     static = read_sources(sources)
-    hints = textual.hints_for(incident) + lognumbers.hints_for(incident) + codehints.hints_for(sources, static)
+    hints = textual.hints_for(incident) + libsites.hints_for(incident) + lognumbers.hints_for(incident)
+    hints += codehints.hints_for(sources, static)
     named = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     hints += logwords.hints_for(incident, frozenset(named - {"other"}))
     plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
@@ -220,9 +223,10 @@ def _rank(
             named = group in _ASSERTION_NAMES_FAMILY and family in asserted
             if own[family] > 0 or ranking is None or group_of(support.family) != group or named:
                 cause.confidence = _combine(support.confidence, own[family])
-            else:  # the group is known, the family within it only by the prior
+            else:  # the group is known, the family within it only by the prior (unless it is the group's only one)
                 cause.confidence = support.confidence * within
-                cause.evidence.append(_prior_evidence(ranking, family, within_group=True))
+                if within < 1.0:
+                    cause.evidence.append(_prior_evidence(ranking, family, within_group=True))
             if support.family != family:
                 cause.evidence = cause.evidence + support.evidence  # the user's values first, the assertion after
         elif group_support and family != "other":

@@ -306,11 +306,14 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         "cpu_dtype_mismatch",
         r"expected scalar type (Long|Int) but found (Float|Double|Half|BFloat16)"
         r"|Expected tensor for argument #\d+ 'indices' to have one of the following scalar types"
-        r"|tensors used as indices must be long, int, byte or bool tensors",
+        r"|tensors used as indices must be long, int, byte or bool tensors"
+        # 1.0 to 1.5: checkScalarType and the legacy bindings' argument check
+        r"|Expected tensor for argument #\d+ '\w+' to have scalar type (?:Long|Int); but got \S*(?:Float|Double|Half)"
+        r"|Expected object of scalar type (?:Long|Int) but got scalar type (?:Float|Double|Half)",
         "dtype_mismatch",
         None,
         "An index or label tensor has a floating dtype.",
-        "aten/src/ATen/native/*",
+        "aten/src/ATen/native/*; 1.x aten/src/ATen/TensorUtils.cpp (checkScalarType)",
         device="cpu",
     ),
     _t(

@@ -35,7 +35,11 @@ def _top(text: str, code: str | None = None) -> str:
     [
         ("IndexError: index 50265 is out of bounds for dimension 0 with size 50265", "vocab_resize_missing"),
         ("IndexError: index 50300 is out of bounds for dimension 0 with size 50265", "embedding_index_out_of_range"),
-        ("IndexError: index 2 is out of bounds for dimension 0 with size 2", "token_type_ids_out_of_range"),
+        (
+            "    outputs = model(input_ids, token_type_ids=token_type_ids)\n"
+            "IndexError: index 2 is out of bounds for dimension 0 with size 2",
+            "token_type_ids_out_of_range",
+        ),
         (
             "RuntimeError: index out of range: Tried to access index -1 out of table with 32000 rows",
             "embedding_index_out_of_range",
@@ -44,6 +48,29 @@ def _top(text: str, code: str | None = None) -> str:
 )
 def test_an_id_printed_against_its_table_size_names_the_family(message, family):
     assert _families(message) == [family]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # a 2-row tensor indexed by x[idx]: nothing says it is a token-type table
+        "IndexError: index 2 is out of bounds for dimension 0 with size 2",
+        # a table's rows are dimension 0: an index past dimension 1 is no table's id
+        "IndexError: index 50265 is out of bounds for dimension 1 with size 50265",
+    ],
+)
+def test_an_index_against_a_size_that_is_no_tables_says_nothing(message):
+    assert _families(message) == []
+    assert _top(message) == "advanced_index_out_of_bounds"
+
+
+def test_an_id_against_a_vocabulary_sized_table_outranks_the_indexing_text_it_comes_with():
+    """The x[idx] message names the index group; the numbers it prints say which table, as an embedding
+    assertion's would."""
+    assert _top("IndexError: index 50265 is out of bounds for dimension 0 with size 50265") == "vocab_resize_missing"
+    assert _top("IndexError: index 40000 is out of bounds for dimension 0 with size 32000") == (
+        "embedding_index_out_of_range"
+    )
 
 
 def test_a_printed_position_table_turns_an_id_against_its_size_into_a_long_sequence():

@@ -20,9 +20,10 @@ from nb_cudaguard.diagnosis.evidence.textual import Hint
 from nb_cudaguard.incident.incident import Incident
 
 _INT = r"-?\d+"
-# PyTorch's messages that print the id and the size of what it indexed (CPU kernels and host-side checks).
+# PyTorch's messages that print the id and the size of what it indexed (CPU kernels and host-side checks). A table
+# is looked up along its rows, dimension 0: an index past another dimension is not a table's id.
 _ID_AGAINST_SIZE = (
-    re.compile(rf"index ({_INT}) is out of bounds for dimension \d+ with size (\d+)"),
+    re.compile(rf"index ({_INT}) is out of bounds for dimension 0 with size (\d+)"),
     re.compile(rf"Tried to access index ({_INT}) out of table with (\d+) rows"),
 )
 # A printed module: ``(name): Embedding(rows, dim`` and a printed head ``(name): Linear(in_features=.., out_features=K``
@@ -49,6 +50,7 @@ _CLASSIFIER_HEAD = re.compile(r"classifier|class|cls|head|fc|logits|out", re.IGN
 _PRINTED = re.compile(
     r"[\"']?\b(labels?|targets?|input_ids)\b[\"']?\s*[:=]?\s*tensor\(\s*(\[[\d\s,\[\].\-]*\])", re.IGNORECASE
 )
+_TOKEN_TYPES = re.compile(r"token_type|type_vocab_size|segment_ids", re.IGNORECASE)
 _SMALL_INDEX = re.compile(r"indexSelectSmallIndex")
 _GENERATION = re.compile(r"\bgenerat|pipeline|\bsample\(|sampling|do_sample|past_key_values", re.IGNORECASE)
 _IGNORE_DEFAULT = -100  # cross_entropy's and nll_loss's default ignore_index
@@ -63,10 +65,11 @@ class Numbers:
     class_counts: list[tuple[int, str]] = field(default_factory=list)  # (count, where it was printed)
     labels: list[int] = field(default_factory=list)
     input_ids: list[int] = field(default_factory=list)
+    token_types_named: bool = False  # the log names token types at all (a 2-row table is not one by its size alone)
 
 
 def read_numbers(text: str) -> Numbers:
-    numbers = Numbers()
+    numbers = Numbers(token_types_named=bool(_TOKEN_TYPES.search(text)))
     for pattern in _ID_AGAINST_SIZE:  # a message is often printed twice (the log line and the exception)
         pairs = [(int(i), int(s)) for i, s in pattern.findall(text)]
         numbers.ids_against_sizes += [p for p in dict.fromkeys(pairs) if p not in numbers.ids_against_sizes]
@@ -104,7 +107,7 @@ def _ids_against_sizes(numbers: Numbers) -> list[Hint]:
         role = next((r for r, sizes in numbers.tables.items() if size in sizes), None)
         if role == "position":
             hints.append(Hint("position_ids_too_long", 0.7, f"{said}, the printed position table's size"))
-        elif role == "token_type" or (size in (1, 2) and index >= size):
+        elif role == "token_type" or (size in (1, 2) and index >= size and numbers.token_types_named):
             hints.append(
                 Hint("token_type_ids_out_of_range", 0.6, f"{said}: a table of 1 or 2 rows is a token-type table")
             )

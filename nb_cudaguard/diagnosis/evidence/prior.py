@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from nb_cudaguard.families import group_of
+from nb_cudaguard.families import TABLE, group_of
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
 
@@ -28,7 +28,7 @@ from nb_cudaguard.incident.incident import Incident
 SMOOTHING = 5.0  # a symptom's own counts weigh half at five logs
 KIND_SMOOTHING = 5.0
 LIFT_PSEUDO_LOGS = 8.0
-LIFT_BOUNDS = (0.25, 4.0)  # how far one kind-of-model word may move a family's prior
+LIFT_BOUNDS = (0.5, 2.0)  # how far one kind-of-model word may move a family's prior
 # Kinds of model, read from the frames (library paths, functions, code lines) and the log's words, libraries named
 # in paths included. General vocabulary of each field and its common libraries only: never a project's, a thread's
 # or a user's own name.
@@ -62,10 +62,13 @@ class Prior:
         return self.shares.get(family, 0.0)
 
     def within_group(self, family: str) -> float:
-        """The family's share among the families of its own group (what decides once the group is known)."""
+        """The family's share among the families of its own group (what decides once the group is known); a group
+        none of whose families the corpus has counted splits evenly (a one-family group's family is certain)."""
         group = group_of(family)
         total = sum(v for f, v in self.shares.items() if group_of(f) == group)
-        return self.shares.get(family, 0.0) / total if total else 0.0
+        if not total:
+            return 1.0 / sum(1 for row in TABLE if row.group == group)
+        return self.shares.get(family, 0.0) / total
 
     def ranked(self) -> list[tuple[str, float]]:
         return sorted(self.shares.items(), key=lambda item: -item[1])
