@@ -22,8 +22,9 @@ def value(kernel: KernelSession, expression: str):
 def state(kernel: KernelSession, expression: str, timeout: float = 60):
     """The value of an expression, read from the execute reply on the shell channel, not from printed output.
 
-    For assertions about what a restart rebuilt: the first output published right after a restart is
-    occasionally lost under load (issue 16, open), and that is a separate fault from the state being right.
+    For assertions about what a restart rebuilt, made by a client that read only shell replies since the restart:
+    the output of its next request reaches it only once its iopub has subscribed again, which is what other tests
+    check; these check the state.
     """
     kc = kernel.kc
     msg_id = kc.execute("", silent=True, user_expressions={"value": expression})
