@@ -158,7 +158,7 @@ def test_a_kernel_killed_during_the_replay_leaves_nothing_for_the_next_session(k
 
 # What makes the new process refuse the handoff, done to the file right after the old process wrote it.
 REFUSE = """
-import os, pathlib, nb_cudaguard.replay.handoff as handoff
+import os, pathlib, shutil, nb_cudaguard.replay.handoff as handoff
 real_write = handoff.write
 def write_then_spoil(binding, payload, *reserved):
     path = real_write(binding, payload, *reserved)
@@ -168,17 +168,17 @@ handoff.write = write_then_spoil
 """
 SPOIL = {
     "group-readable": "os.chmod(path, 0o640)",
-    "symlink": "real = pathlib.Path(str(path) + '.real'); os.rename(path, real); os.symlink(real, path)",
+    "symlink": "real = pathlib.Path({elsewhere!r}); shutil.move(path, real); os.symlink(real, path)",
     "changed": "path.write_text(path.read_text().replace('marker', 'MARKER'))",
 }
 
 
 @pytest.mark.parametrize("spoil", sorted(SPOIL))
-def test_a_refused_handoff_still_answers_every_request_kept_in_it(kernel, spoil):
+def test_a_refused_handoff_still_answers_every_request_kept_in_it(kernel, spoil, tmp_path):
     """Refused, its kept requests are still answered, each once: signed by their own clients, they are checked one
     by one and answered with an error, never run."""
     run_ok(kernel, "marker = 1")
-    run_ok(kernel, REFUSE.format(spoil=SPOIL[spoil]))
+    run_ok(kernel, REFUSE.format(spoil=SPOIL[spoil].format(elsewhere=str(tmp_path / "handoff.json"))))
     kc = kernel.kc
     restart_id = kc.execute("%cudaguard restart --replay all")
     kept_ids = [kc.execute(f"print({n})") for n in range(3)]  # sent during the restart
