@@ -5,12 +5,11 @@ Kept small: start a kernel, run code, collect what a frontend would show, shut d
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import subprocess
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from jupyter_client.blocking.client import BlockingKernelClient
@@ -57,6 +56,7 @@ class KernelSession:
         self.cwd = cwd
         self.km: KernelManager | None = None
         self.kc: BlockingKernelClient | None = None
+        self._log: BinaryIO | None = None  # KERNEL_LOG_ENV's file, open while the kernel may be started
 
     def __enter__(self) -> KernelSession:
         from jupyter_client.manager import KernelManager
@@ -66,9 +66,11 @@ class KernelSession:
         self.km = KernelManager(kernel_name=self.kernel_name)
         # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere, or to KERNEL_LOG_ENV's file:
         # a client sees the copies.
+        # the log stays open as long as the manager, which starts the kernel again with it on a restart
         log = os.environ.get(KERNEL_LOG_ENV)
-        with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as sink:
-            self.km.start_kernel(env=env, cwd=self.cwd, extra_arguments=self.extra_args, stdout=sink, stderr=sink)
+        self._log = open(log, "ab") if log else None
+        sink = self._log if self._log is not None else subprocess.DEVNULL
+        self.km.start_kernel(env=env, cwd=self.cwd, extra_arguments=self.extra_args, stdout=sink, stderr=sink)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -84,6 +86,9 @@ class KernelSession:
         if self.km is not None:
             self.km.shutdown_kernel(now=True)
             self.km = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     @property
     def pid(self) -> int | None:
