@@ -4,7 +4,7 @@
     .nox/tests_ipykernel6/bin/python benchmarks/soak_requests.py        # ipykernel 6, from the nox session's venv
 
 Each round sends ``%cudaguard restart --replay all`` and, right behind it, ``--requests`` cells that each print a
-marker, so that they reach the kernel while it execs and replays. Two kinds of client take turns:
+marker, so that they reach the kernel while it execs and replays. Three kinds of client take turns:
 
 - ``reads``: reads iopub all along (as JupyterLab's server does);
 - ``late``: reads nothing for half a second, then its iopub (a script that sends and looks later);

@@ -64,9 +64,8 @@ class KernelSession:
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # ipykernel skips fd capture
         env.update(self.extra_env)
         self.km = KernelManager(kernel_name=self.kernel_name)
-        # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere, or to KERNEL_LOG_ENV's file:
-        # a client sees the copies.
-        # the log stays open as long as the manager, which starts the kernel again with it on a restart
+        # The kernel's own fds 1/2 (where ipykernel mirrors C-level output) go nowhere, or to KERNEL_LOG_ENV's file
+        # (a client sees the copies); the file stays open with the manager, which reuses it when it restarts the kernel.
         log = os.environ.get(KERNEL_LOG_ENV)
         self._log = open(log, "ab") if log else None
         sink = self._log if self._log is not None else subprocess.DEVNULL

@@ -16,6 +16,7 @@ from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch import reexec, subshells
 from nb_cudaguard.relaunch.handoff_content import Handoff, RestartOptions
 from nb_cudaguard.relaunch.preparation import (
+    LATE_BYTES,
     announce,
     discard_written,
     handoff_for,
@@ -31,9 +32,6 @@ _SETTLE_LIMIT = 0.5
 _IOPUB_GRACE = 0.01
 # Sent by the stopping shell channel thread behind the last request it forwarded (see _stop_shell_channel_thread).
 _END_OF_REQUESTS = b"nb_cudaguard: end of requests"
-# Room reserved for what the handoff gains after the point of no return: the requests that arrive while the kernel
-# stops reading (a cell's request is a few kB) and the children it ends.
-LATE_BYTES = 1024 * 1024
 
 
 class KernelRestart:

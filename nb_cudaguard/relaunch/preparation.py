@@ -14,6 +14,9 @@ from nb_cudaguard.replay.handoff import Binding
 from nb_cudaguard.replay.plan import ReplayPlan
 
 RESTART_STATUS = "restart"
+# Room reserved for what the handoff gains after the point of no return: the requests that arrive while the kernel
+# stops reading (a cell's request is a few kB) and the children it ends.
+LATE_BYTES = 1024 * 1024
 
 
 def discard_written(binding: Binding) -> None:

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.relaunch import reexec
 from nb_cudaguard.relaunch.handoff_content import RestartOptions
-from nb_cudaguard.relaunch.kernel_restart import LATE_BYTES, KernelRestart
-from nb_cudaguard.relaunch.preparation import announce, discard_written, handoff_for, mark_restart_cell
+from nb_cudaguard.relaunch.kernel_restart import KernelRestart
+from nb_cudaguard.relaunch.preparation import LATE_BYTES, announce, discard_written, handoff_for, mark_restart_cell
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
 from nb_cudaguard.replay.plan import MODES, ReplayPlan, build_plan
