@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from nb_cudaguard.incident.incident import Frame, Incident, classify
+from nb_cudaguard.incident.pasted import unpasted
 from nb_cudaguard.incident.probe import Health
 from nb_cudaguard.incident.usercode import is_user_file_in_log
 from nb_cudaguard.record.assertions import AssertionRecord, parse_assertions
@@ -32,7 +33,7 @@ _HEADER = re.compile(r"^\s*[A-Za-z_][\w.]*\s{3,}Traceback \(most recent call las
 
 
 def _strip(text: str) -> str:
-    return _LINKED_FILE.sub(r"\1", _ANSI.sub("", text)).replace("\r\n", "\n")
+    return _LINKED_FILE.sub(r"\1", unpasted(_ANSI.sub("", text).replace("\r\n", "\n")))
 
 
 def _condense(lines: list[str]) -> tuple[list[str], list[AssertionRecord]]:
