@@ -26,7 +26,7 @@ _ARROW = re.compile(r"^\s*-+>\s*(?P<line>\d+)\s(?P<code>.*)$")
 # A library frame as IPython prints it: 8+ ``File /path/x.py:123, in func(args)``; 7 ``/path/x.py in func(args)``
 # followed by the ``--> 123 code`` arrow.
 _IPY8_FILE = re.compile(r"^\s*File (?P<file>[^\s\"]+\.py):(?P<line>\d+), in (?P<func>[\w.<>]+)")
-_IPY7_FILE = re.compile(r"^\s*(?P<file>/[^\s\"]+\.py) in (?P<func>[\w.<>]+)\(")
+_IPY7_FILE = re.compile(r"^\s*(?P<file>(?:/|[A-Za-z]:\\)[^\s\"]+\.py) in (?P<func>[\w.<>]+)\(")
 # One printed assertion per failing thread: a bad batch prints thousands of copies of a few lines.
 _KEPT_CHARACTERS = 256 * 1024
 _HEADER = re.compile(r"^\s*[A-Za-z_][\w.]*\s{3,}Traceback \(most recent call last\)")
@@ -80,18 +80,23 @@ def _exception(lines: list[str]) -> tuple[str, str]:
     return "", ""
 
 
+def _forward_slashes(filename: str) -> str:
+    """A Windows path as the rules read paths (``site-packages/transformers/``): the drive stays, a valid path."""
+    return filename.replace("\\", "/")
+
+
 def _frames(lines: list[str]) -> list[Frame]:
     frames: list[Frame] = []
     for index, line in enumerate(lines):
         following = lines[index + 1].strip() if index + 1 < len(lines) else ""
         match = _PY_FRAME.match(line)
         if match:
-            filename = match["file"]
+            filename = _forward_slashes(match["file"])
             frames.append(Frame(filename, int(match["line"]), match["func"], following, is_user_file_in_log(filename)))
             continue
         match = _IPY8_FILE.match(line) or _IPY7_FILE.match(line)
         if match:
-            filename = match["file"]
+            filename = _forward_slashes(match["file"])
             lineno, code = int(match.groupdict().get("line") or 0), ""
             for look in lines[index + 1 : index + 12]:
                 arrow = _ARROW.match(look)

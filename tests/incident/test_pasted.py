@@ -4,6 +4,7 @@ broken by a terminal's width. Checked on strings in each shape and on every dev 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,11 +88,16 @@ def _wrapped(width: int) -> Callable[[str], str]:
     )
 
 
+def _on_windows(text: str) -> str:
+    """Every source path as a Windows machine prints it (``C:\\...\\site-packages\\torch\\nn\\functional.py``)."""
+    return re.sub(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]+\.py", lambda m: "C:" + m[0].replace("/", "\\"), text)
+
+
 PASTES: dict[str, tuple[Callable[[str], str], int]] = {  # how the log is re-pasted, how many top families may move
     "quoted": (lambda text: "\n".join("> " + line for line in text.splitlines()), 0),
     "torchrun": (lambda text: "\n".join(f"[rank{i % 2}]: {line}" for i, line in enumerate(text.splitlines())), 0),
     "kaggle": (lambda text: "\n".join(f"{i / 3:.1f}s\t{i + 1}\t{line}" for i, line in enumerate(text.splitlines())), 0),
-    "windows": (lambda text: text.replace("\n", "\r\n"), 0),
+    "windows": (lambda text: _on_windows(text).replace("\n", "\r\n"), 0),
     # A single line broken once gives no width to find the break by: a log of one long non-assertion line may move.
     "terminal_100": (_wrapped(100), 1),
     "quoted_terminal_80": (lambda text: "\n".join("> " + line for line in _wrapped(80)(text).splitlines()), 2),
