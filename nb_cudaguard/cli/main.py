@@ -17,21 +17,22 @@ def _read(path: str) -> str:
 def cmd_explain(args) -> int:
     from nb_cudaguard.diagnosis import diagnose
     from nb_cudaguard.incident.logparse import incident_from_log
+    from nb_cudaguard.incident.savedlog import read_saved
     from nb_cudaguard.panel.report import Report
 
     try:
-        text = _read(args.file)
+        saved = read_saved(_read(args.file))
     except OSError as exc:
         print(f"nb-cudaguard: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    code = None
+    code = saved.code  # a notebook's own cells, unless --code names other code
     if args.code:
         try:
             code = _read(args.code)
         except OSError as exc:
             print(f"nb-cudaguard: cannot read {args.code}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    incident = incident_from_log(text)
+    incident = incident_from_log(saved.text)
     report = Report(incident, diagnose(incident, code=code))
     if args.json:
         print(report.to_json())

@@ -154,6 +154,19 @@ def test_code_shifted_labels_a_short_class_count_and_a_new_pad_token():
     assert _code_hints("tokenizer.pad_token = tokenizer.eos_token\n") == []
 
 
+def test_code_a_class_count_argument_below_the_declared_constant_in_a_notebook_with_magics():
+    notebook = (
+        "%load_ext nb_cudaguard\nNUM_CLASSES = 196\nif not cuda:\n    %cudaguard simulate on\n"
+        "model = CarNet(num_classes=195)\n"
+    )
+    hints = _code_hints(notebook)  # an indented magic must not hide the cell from the parser
+    assert [f for f, _ in hints] == ["num_classes_mismatch"] and "num_classes=195" in hints[0][1]
+    assert _code_hints("NUM_CLASSES = 196\nmodel = CarNet(num_classes=196)\n") == []
+    one_short = _code_hints("NUM_CLASSES = 196\nmodel = CarNet(num_classes=NUM_CLASSES - 1)\n")
+    assert [f for f, _ in one_short] == ["num_classes_mismatch"]
+    assert _code_hints("NUM_CLASSES = 196\nmodel = CarNet(num_classes=n_out)\n") == []  # a value the code hides
+
+
 def test_a_code_hint_that_narrows_the_group_is_named_in_the_notes():
     log = EMBEDDING_ASSERT.format(kernel="indexSelectLargeIndex")
     code = "tok.pad_token = '[PAD]'\nmodel = AutoModelForCausalLM.from_pretrained(path)\n"

@@ -20,14 +20,19 @@ from functools import lru_cache
 from importlib import resources
 from typing import cast
 
-from nb_cudaguard.diagnosis.evidence.static import StaticFacts, parse_source
+from nb_cudaguard.diagnosis.evidence.static import Fact, StaticFacts, parse_source
 from nb_cudaguard.diagnosis.evidence.textual import Hint
 
 _LABEL_NAME = r"(?:\w*labels?|\w*targets?|\w*_y|y|\w*masks?|\w*classes)"
 _SHIFTED_UP = re.compile(rf"\b{_LABEL_NAME}\b(?:\[[^\]]*\])?\s*(?:\+=\s*1\b|=\s*[\w.\[\]]*\s*\+\s*1\b)")
 _SHIFTED_UP_USE = re.compile(rf"\b{_LABEL_NAME}\s*\+\s*1\b")
 _SHIFTED_DOWN = re.compile(rf"\b{_LABEL_NAME}\s*(?:-=\s*1\b|-\s*1\b)")
-_COUNT_NAME = re.compile(r"^(?:num_classes|n_classes|nclasses|num_labels|n_labels|classes|nc|label_nc|num_class)$")
+# A name that holds the number of classes, in any case (``NUM_CLASSES = 196`` is the usual constant).
+_COUNT_NAME = re.compile(
+    r"^(?:num_classes|n_classes|nclasses|num_labels|n_labels|classes|nc|label_nc|num_class|n_class|nclass)$",
+    re.IGNORECASE,
+)
+_COUNT_EXPRESSION = re.compile(r"^(?P<name>\w+)(?:\s*-\s*(?P<less>\d+))?$")
 _COUNT_SHORT = re.compile(r"^\s*(\w+)\s*=\s*len\(.*\)\s*-\s*1\s*$", re.MULTILINE)
 _PAD_LITERAL = re.compile(r"\.pad_token\s*=\s*[\"']")
 _LABEL_CONTAINER = re.compile(r"label|target|mask|(?:^|_)y$|seg", re.IGNORECASE)
@@ -126,7 +131,8 @@ _HEAD_KEYWORDS = frozenset({"num_labels", "config", "id2label", "label2id", "num
 def _class_heads(facts: StaticFacts) -> list[Hint]:
     """A classifier whose size nobody set: ``...ForSequenceClassification.from_pretrained(name)`` without
     ``num_labels`` (the head has the checkpoint's count, 2 for a base checkpoint); a last ``nn.Linear`` with fewer
-    outputs than the class count the code declares."""
+    outputs than the class count the code declares, or a class-count keyword given a smaller number
+    (``CarNet(num_classes=195)`` or ``num_classes=NUM_CLASSES - 1`` beside ``NUM_CLASSES = 196``)."""
     hints = []
     for call in facts.called("from_pretrained"):
         node = call.value
@@ -139,14 +145,33 @@ def _class_heads(facts: StaticFacts) -> list[Hint]:
             break
     counts = [fact for name, fact in facts.assigned_ints.items() if _COUNT_NAME.match(name)]
     declared = max(counts, key=lambda fact: int(str(fact.value)), default=None)
-    if not facts.linears or declared is None:
+    if declared is None:
         return hints
-    head = facts.linears[-1]
-    outputs = cast(tuple[object, object], head.value)[1]
-    if isinstance(outputs, int) and outputs < int(str(declared.value)):
-        said = f"`{head.line}` has {outputs} outputs; `{declared.line}` declares {declared.value} classes"
-        hints.append(Hint("num_classes_mismatch", 0.5, said))
+    if facts.linears:
+        head = facts.linears[-1]
+        outputs = cast(tuple[object, object], head.value)[1]
+        if isinstance(outputs, int) and outputs < int(str(declared.value)):
+            said = f"`{head.line}` has {outputs} outputs; `{declared.line}` declares {declared.value} classes"
+            return [*hints, Hint("num_classes_mismatch", 0.5, said)]
+    for keyword, passed in facts.passed_keywords.items():
+        smaller = [f for f in passed if _COUNT_NAME.match(keyword) and _value(f, facts) < int(str(declared.value))]
+        if smaller:
+            said = f"`{smaller[-1].line}` passes {keyword}={smaller[-1].value}; `{declared.line}` declares it"
+            return [*hints, Hint("num_classes_mismatch", 0.5, said)]
     return hints
+
+
+def _value(fact: Fact, facts: StaticFacts) -> float:
+    """A keyword's value where the code says it plainly (``195``, ``NUM_CLASSES - 1`` with ``NUM_CLASSES = 196``),
+    else infinity: compared with nothing."""
+    match = _COUNT_EXPRESSION.match(str(fact.value))
+    if match is None:
+        return float("inf")
+    name, less = match["name"], int(match["less"] or 0)
+    if name.isdigit():
+        return int(name) - less
+    known = facts.assigned_ints.get(name)
+    return int(str(known.value)) - less if known is not None else float("inf")
 
 
 def _ops(facts: StaticFacts) -> list[Hint]:

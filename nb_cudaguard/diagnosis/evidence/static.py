@@ -24,7 +24,7 @@ _KEYWORDS = (
     "num_embeddings",
 )
 _ADD_TOKENS = ("add_tokens", "add_special_tokens")
-_MAGIC = re.compile(r"^\s*[%!].*$", re.MULTILINE)
+_MAGIC = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def parse_source(source: str) -> ast.AST | None:
         return ast.parse(source)
     except SyntaxError:
         try:  # IPython magics and shell escapes in a raw cell
-            return ast.parse(_MAGIC.sub("pass", source))
+            return ast.parse(_MAGIC.sub(r"\1pass", source))  # at its own indentation
         except SyntaxError:
             return None
 
