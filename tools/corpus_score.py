@@ -44,6 +44,7 @@ class Scored:
     with_code: bool
     families: tuple[str, ...]  # ranked, as explain gives them
     confidence: float
+    only_the_error: bool  # nothing but the error's own lines: see ``says_only_the_error``
 
     @property
     def top1(self) -> bool:
@@ -84,6 +85,21 @@ def what_a_log_says(entry: dict) -> tuple[frozenset[str], str | None]:
             lines.add(re.sub(r"^[\s>….]+", "", line).strip().lower())
     code = (CORPUS / entry["code"]).read_text() if entry.get("code") else None
     return frozenset(lines), code
+
+
+# A line that is part of the error itself: a device assertion, the CUDA error, a secondary symptom's status.
+_ERROR_LINE = re.compile(
+    r"assert|cuda error|cuda runtime error|cublas|cudnn|illegal memory access|copy_if failed|launch failure"
+    r"|cudaErrorAssert|AcceleratorError",
+    re.IGNORECASE,
+)
+
+
+def says_only_the_error(entry: dict) -> bool:
+    """The log is the error and nothing else (no frame, no printout, no code): whatever reads it can rank the
+    causes of that error only by how often each causes it."""
+    lines, code = what_a_log_says(entry)
+    return code is None and all(_ERROR_LINE.search(line) for line in lines)
 
 
 def ceiling(split_entries: list[dict]) -> tuple[int, int]:
@@ -133,8 +149,9 @@ def score(entry: dict, rows: dict[str, tuple[str, tuple[str, ...], str]] | None 
     finally:
         prior.use_table(None)
     top = diagnosis.top
+    families = tuple(c.family for c in diagnosis.causes)
     return Scored(
-        entry, kind_of(log), code is not None, tuple(c.family for c in diagnosis.causes), top.confidence if top else 0.0
+        entry, kind_of(log), code is not None, families, top.confidence if top else 0.0, says_only_the_error(entry)
     )
 
 
@@ -156,7 +173,8 @@ def summary(scored: list[Scored]) -> list[str]:
         kinds[s.kind].append(s)
         if s.with_code:
             kinds["with code"].append(s)
-    for kind in ("assertion", "frames", "generic", "with code"):
+        kinds["only the error's lines" if s.only_the_error else "more than the error"].append(s)
+    for kind in ("assertion", "frames", "generic", "with code", "only the error's lines", "more than the error"):
         cells = []
         for split in SPLITS:
             rows = [s for s in kinds[kind] if s.entry["split"] == split]
