@@ -59,6 +59,7 @@ def _without(prefix: re.Pattern[str], lines: list[str]) -> list[str] | None:
 
 
 def _rejoined(lines: list[str]) -> list[str]:
+    """Each piece a terminal broke off at its width, back on the line it came from."""
     widest = max((len(line) for line in lines), default=0)
     if widest < _MIN_WIDTH or sum(1 for line in lines if len(line) == widest) < _MIN_BROKEN:
         return lines
@@ -74,10 +75,13 @@ def _rejoined(lines: list[str]) -> list[str]:
 
 
 def _assertions_whole(lines: list[str]) -> list[str]:
+    """Each device assertion on one line, up to its ``failed`` (blank lines between its pieces dropped)."""
     joined: list[str] = []
     pieces = 0
     for line in lines:
-        if pieces and line.strip():
+        if pieces and not line.strip():
+            continue
+        if pieces:
             joined[-1] += line
             pieces = 0 if "failed" in line else pieces - 1
             continue

@@ -75,6 +75,7 @@ def test_an_assertion_broken_anywhere_after_its_keyword_is_whole_again():
     cut = line.index("n_classes")
     assert _read(f"{line[:cut]}\n{line[cut:]}\nRuntimeError: CUDA error: device-side assert triggered")[2] == 1
     assert unpasted(f"{line[:cut]}\n{line[cut:]}") == line
+    assert unpasted(f"{line[:cut]}\n\n{line[cut:]}\n\nnext") == f"{line}\n\nnext"  # a blank line between pieces
 
 
 # Every dev log of the corpus, re-pasted: the diagnosis must rank the same family first.
