@@ -101,7 +101,7 @@ PASTES: dict[str, tuple[Callable[[str], str], int]] = {  # how the log is re-pas
     "windows": (lambda text: _on_windows(text).replace("\n", "\r\n"), 0),
     # A single line broken once gives no width to find the break by: a log of one long non-assertion line may move.
     "terminal_100": (_wrapped(100), 1),
-    "quoted_terminal_80": (lambda text: "\n".join("> " + line for line in _wrapped(80)(text).splitlines()), 2),
+    "quoted_terminal_80": (lambda text: "\n".join("> " + line for line in _wrapped(80)(text).splitlines()), 1),
 }
 
 
