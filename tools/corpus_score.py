@@ -75,9 +75,8 @@ _BLOCK_THREAD = re.compile(r"block: \[[\d, ]+\], thread: \[[\d, ]+\]")
 _BUILD_PATH = re.compile(r"\S*/(\w+\.(?:cu|cuh|cpp|h))(?::\d+)?")
 
 
-def what_a_log_says(entry: dict) -> tuple[frozenset[str], str | None]:
-    """The log's distinct lines once the noise above is gone, and its code: two logs that say the same get the same
-    ranking from any diagnosis, so at most the commoner of their causes can be top-1."""
+def _distinct_lines(entry: dict) -> tuple[frozenset[str], str | None]:
+    """The log's distinct lines once the noise above is gone, and its code."""
     lines = set()
     for line in (CORPUS / entry["log"]).read_text().splitlines():
         if line.strip() and not _HINT_LINE.search(line):
@@ -85,6 +84,25 @@ def what_a_log_says(entry: dict) -> tuple[frozenset[str], str | None]:
             lines.add(re.sub(r"^[\s>….]+", "", line).strip().lower())
     code = (CORPUS / entry["code"]).read_text() if entry.get("code") else None
     return frozenset(lines), code
+
+
+def what_a_log_says(entry: dict) -> tuple[frozenset[str], str | None]:
+    """What a diagnosis can read in the log: two logs that say the same get the same ranking from any reader, so
+    at most the commoner of their causes can be top-1. A log of only the error's lines says which error it is
+    and nothing more (``what_the_error_names``); any other log is its distinct lines and its code."""
+    lines, code = _distinct_lines(entry)
+    if code is None and all(_ERROR_LINE.search(line) for line in lines):
+        return frozenset({what_the_error_names(entry)}), None
+    return lines, code
+
+
+def what_the_error_names(entry: dict) -> str:
+    """The symptom and the assertions' files, kernels and conditions: the user's words typed around the error
+    ("Solve!!!"), the exception's class (``RuntimeError`` or ``torch.AcceleratorError``), the source line and the
+    kernel's template arguments differ between copies of one failure and say nothing of its cause."""
+    incident = incident_from_log((CORPUS / entry["log"]).read_text())
+    asserted = sorted({(Path(a.file).name, kernel_name(a.kernel), a.condition) for a in incident.assertions})
+    return f"{incident.exc_type} {prior.symptom_of(incident)} {asserted}"
 
 
 # A line that is part of the error itself: a device assertion, the CUDA error, a secondary symptom's status.
@@ -95,10 +113,16 @@ _ERROR_LINE = re.compile(
 )
 
 
+def kernel_name(signature: str) -> str:
+    """``void cunn_ClassNLLCriterion_updateOutput_kernel(T *, ...)`` and ``bce_functor<float>::operator()`` as
+    the name alone, as newer releases print it."""
+    return " ".join(re.sub(r"[<(].*", "", signature).split()[-1:])
+
+
 def says_only_the_error(entry: dict) -> bool:
     """The log is the error and nothing else (no frame, no printout, no code): whatever reads it can rank the
     causes of that error only by how often each causes it."""
-    lines, code = what_a_log_says(entry)
+    lines, code = _distinct_lines(entry)
     return code is None and all(_ERROR_LINE.search(line) for line in lines)
 
 

@@ -12,13 +12,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # The printed device line (torch_cuda_errors.md, section g). Greedy on the condition: the multinomial
-# message itself contains backticks. ROCm/HIP prints ``Device-side assertion `cond' failed.``.
+# message itself contains backticks. ROCm/HIP prints ``Device-side assertion `cond' failed.``. A path never holds a
+# ``]``: a progress bar's ``5.51s/it]`` printed on the same line stays out of the file's name.
 _ASSERT_LINE = re.compile(
-    r"(?P<file>[^\s:]+?):(?P<line>\d+): (?P<kernel>.+?): block: \[(?P<block>\d+,\s*\d+,\s*\d+)\],"
+    r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): block: \[(?P<block>\d+,\s*\d+,\s*\d+)\],"
     r" thread: \[(?P<thread>\d+,\s*\d+,\s*\d+)\] Assertion `(?P<condition>.*)` failed\."
 )
 _HIP_ASSERT_LINE = re.compile(
-    r"(?P<file>[^\s:]+?):(?P<line>\d+): (?P<kernel>.+?): Device-side assertion `(?P<condition>.*)' failed\."
+    r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): Device-side assertion `(?P<condition>.*)' failed\."
 )
 
 

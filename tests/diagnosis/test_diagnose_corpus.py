@@ -17,7 +17,7 @@ import pytest
 
 from nb_cudaguard.diagnosis import diagnose
 from nb_cudaguard.diagnosis.evidence import textual
-from nb_cudaguard.families import FAMILIES
+from nb_cudaguard.families import FAMILIES, group_of
 from nb_cudaguard.incident.logparse import incident_from_log
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
@@ -70,6 +70,27 @@ def test_logs_that_say_the_same_thing_cap_what_any_diagnosis_can_score():
     assert corpus_score.what_a_log_says(bare) == corpus_score.what_a_log_says(hinted)
     assert corpus_score.ceiling([bare, hinted]) == (1, 2)  # both in the class-index group
     assert corpus_score.ceiling([bare, asserted]) == (2, 2)
+
+
+def test_logs_of_only_the_error_say_which_error_and_no_more():
+    """The user's words typed after the message are not evidence: two bare messages are one log to any reader."""
+    by_id = {e["id"]: e for e in DEV}
+    exclaimed, plain = by_id["trocr_chinese_43"], by_id["transformers_11943"]
+    assert (CORPUS / exclaimed["log"]).read_text() != (CORPUS / plain["log"]).read_text()
+    assert corpus_score.says_only_the_error(exclaimed) and corpus_score.says_only_the_error(plain)
+    assert corpus_score.what_a_log_says(exclaimed) == corpus_score.what_a_log_says(plain)
+    assert group_of(exclaimed["family"]) == group_of(plain["family"]) and exclaimed["family"] != plain["family"]
+    assert corpus_score.ceiling([exclaimed, plain]) == (1, 2)  # new tokens vs positions: one of two families first
+    assert corpus_score.what_a_log_says(plain) != corpus_score.what_a_log_says(by_id["skywork_38"])  # cuBLAS
+
+
+def test_a_kernels_signature_and_its_bare_name_are_one_kernel():
+    old = "void cunn_ClassNLLCriterion_updateOutput_kernel(T *, T *, T *, long *, T *, int, int, int, int, long)"
+    assert corpus_score.kernel_name(old) == "cunn_ClassNLLCriterion_updateOutput_kernel"
+    assert corpus_score.kernel_name("Acctype bce_functor<Dtype, Acctype>::operator()(Tuple)") == "bce_functor"
+    assert (
+        corpus_score.kernel_name("nll_loss_forward_reduce_cuda_kernel_2d") == "nll_loss_forward_reduce_cuda_kernel_2d"
+    )
 
 
 def _names_or_doubts(entry: dict) -> bool:

@@ -94,6 +94,17 @@ def test_assertion_lines_are_deduplicated_with_a_count():
     assert record.short_file == "aten/src/ATen/native/cuda/Loss.cu"
 
 
+def test_a_progress_bar_on_the_assertions_line_stays_out_of_its_file():
+    """tqdm redraws with a carriage return, so a pasted log joins the bar and the device's line into one."""
+    line = (
+        "Epoch 1:  12%|#2        | 3/25 [00:16<01:59,  5.51s/it]../aten/src/ATen/native/cuda/Indexing.cu:1141: "
+        "indexSelectSmallIndex: block: [0,0,0], thread: [{t},0,0] Assertion `srcIndex < srcSelectDimSize` failed."
+    )
+    [record] = parse_assertions(line.format(t=1) + "\n" + line.format(t=2).split("]", 1)[1])
+    assert record.file == "../aten/src/ATen/native/cuda/Indexing.cu" and record.count == 2
+    assert catalog.lookup_assertion(record).family == "embedding_index_out_of_range"
+
+
 def test_hip_format_is_parsed():
     line = "Loss.hip:120: void nll_loss(float*): Device-side assertion `t >= 0 && t < n_classes' failed."
     [record] = parse_assertions(line)
