@@ -59,12 +59,6 @@ def entries() -> list[dict]:
     return json.loads((CORPUS / "corpus.json").read_text())
 
 
-def split_of(url: str) -> str:
-    """The half a log belongs to, fixed by its source before any rule is written for it (the 36 logs the rules were
-    first written on, marked so in their ``note``, are ``dev`` whatever their hash)."""
-    return ("dev", "held_out")[int(hashlib.sha256(url.encode()).hexdigest(), 16) % 2]
-
-
 # What two copies of one failure's log may differ in without saying anything about its cause: the block and thread
 # of each assertion, where PyTorch was built (path prefix, line numbers), and the hint lines every CUDA error carries.
 _HINT_LINE = re.compile(
