@@ -109,6 +109,8 @@ def corpus_section() -> list[str]:
         f"the source into `held_out` ({len(held_out)}) and `dev` ({len(dev)}) before any rule was written. Rules",
         "and the prior (`data/priors.json`, `tools/build_priors.py`) are built from the dev half only; each dev log",
         "is scored with a prior counted without it (leave-one-out). The held-out half is scored, never read.",
+        "New logs land through `python tools/corpus_add.py PENDING.json`, which refuses an entry without a source,",
+        "a confirmed family or a CUDA error in its log, or in another half than its source's hash gives.",
         "",
         "Measured with `PYTHONPATH=. python tools/corpus_score.py` (the same figures). The issue's target (held-out",
         "top-1 family >= 80 %, right group >= 92 %) is **not** reached; `tests/diagnosis/test_diagnose_corpus.py`",
