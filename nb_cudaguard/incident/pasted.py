@@ -35,6 +35,15 @@ _LINE_START = re.compile(
 # are joined up to ``failed``, however wide the lines.
 _OPEN_ASSERTION = re.compile(r"Assertion [`'](?!.*failed)")
 _ASSERTION_PIECES = 4
+# A source path is never broken by whoever printed it: a long line that ends inside one (its last word holds a
+# ``/``) and a next line that finishes it (a file name with a source extension, no indent) are one line, even where
+# no second line of the terminal's width shows where it breaks (``... at /pytorch/aten/src/THC/generi`` and
+# ``c/THCTensorScatterGather.cu:67``).
+_SOURCE_FILE = r"\.(?:cuh?|cpp|cc|c|h|hpp|py)"
+_OPEN_PATH = re.compile(rf"/(?![\w.+-]*{_SOURCE_FILE}$)[\w.+-]*$")  # the last word a path, its file not yet whole
+# The rest of the path: a file name's tail, or from a ``/`` a path that is the whole line (a line that goes on after
+# its path, as an assertion's does, is a line of its own).
+_PATH_END = re.compile(rf"[\w.+-]+(?:/[\w.+-]+)*{_SOURCE_FILE}\b|(?:/[\w.+-]+)+{_SOURCE_FILE}(?::\d+)?\s*$")
 
 
 def unpasted(text: str) -> str:
@@ -46,7 +55,7 @@ def unpasted(text: str) -> str:
             if stripped is None:
                 break
             lines = stripped
-    return "\n".join(_assertions_whole(_rejoined(lines)))
+    return "\n".join(_assertions_whole(_paths_whole(_rejoined(lines))))
 
 
 def _without(prefix: re.Pattern[str], lines: list[str]) -> list[str] | None:
@@ -71,6 +80,17 @@ def _rejoined(lines: list[str]) -> list[str]:
         else:
             joined.append(line)
         broken = len(line) == widest
+    return joined
+
+
+def _paths_whole(lines: list[str]) -> list[str]:
+    """Each source path a terminal broke, back on its line (see ``_OPEN_PATH``)."""
+    joined: list[str] = []
+    for line in lines:
+        if _PATH_END.match(line) and joined and len(joined[-1]) >= _MIN_WIDTH and _OPEN_PATH.search(joined[-1]):
+            joined[-1] += line
+        else:
+            joined.append(line)
     return joined
 
 

@@ -122,3 +122,13 @@ def test_every_dev_log_ranks_the_same_family_first_however_it_was_pasted(paste):
         if pasted != original:
             moved.append(entry["id"])
     assert len(moved) <= allowed, moved
+
+
+def test_a_path_a_terminal_broke_is_whole_again_though_no_other_line_shows_the_width():
+    line = "RuntimeError: cuda runtime error (59) : device-side assert triggered at /pytorch/aten/src/THC/generic/THCTensorScatterGather.cu:67"
+    assert unpasted(f"{line[:100]}\n{line[100:]}") == line
+    whole_file = f"{'x' * 60} /data/ssd/layers/modules/multibox_loss.py\nc.py is the next line"
+    assert unpasted(whole_file) == whole_file  # a file name already whole ends its path
+    assert unpasted(f"{line[:80]}\n{line[80:]}") == line  # broken before a `/`: the rest of the path is the whole line
+    assertion = ASSERT_LINE.format(t=7)
+    assert unpasted(f"{'x' * 60} at /data/run1\n{assertion}") == f"{'x' * 60} at /data/run1\n{assertion}"
