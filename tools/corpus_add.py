@@ -1,7 +1,7 @@
 """Add gathered logs to the corpus of real logs, checking each entry before it lands.
 
-    python tools/corpus_add.py PENDING.json [...]          # check, then append to tests/corpus/corpus.json
-    python tools/corpus_add.py --check PENDING.json [...]  # check only
+    PYTHONPATH=. python tools/corpus_add.py PENDING.json [...]          # check, then append to corpus.json
+    PYTHONPATH=. python tools/corpus_add.py --check PENDING.json [...]  # check only
 
 A PENDING file is a JSON list of entries in corpus.json's shape (id, url, family, cause, confirmed_by,
 confirmation, log, torch, library, kind, split and, where the thread gives the user's code, code), with the
@@ -19,10 +19,8 @@ import argparse
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nb_cudaguard.families import FAMILIES
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
@@ -34,7 +32,8 @@ _CUDA_ERROR = re.compile(r"cuda|cublas|cudnn|assert|illegal memory|AcceleratorEr
 
 
 def split_of(url: str) -> str:
-    """The half a log belongs to, fixed by its source before any rule is written for it."""
+    """The half a log belongs to, fixed by its source before any rule is written for it (the 36 logs the rules were
+    first written on, marked so in their ``note``, are ``dev`` whatever their hash)."""
     return ("dev", "held_out")[int(hashlib.sha256(url.encode()).hexdigest(), 16) % 2]
 
 
