@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 
 from nb_cudaguard.cli.kernelsession import CellResult, KernelSession
 
@@ -25,13 +26,22 @@ def state(kernel: KernelSession, expression: str, timeout: float = 60):
     For assertions about what a restart rebuilt, made by a client that read only shell replies since the restart:
     the output of its next request reaches it only once its iopub has subscribed again, which is what other tests
     check; these check the state.
+
+    A request that reaches the kernel while it still aborts what followed a failed request (``stop_on_error``, for
+    ``stop_on_error_timeout`` after the failure; the window is racy even at ipykernel's default of 0) is answered
+    ``aborted`` and never run, so it is sent again; any other reply is read as it is.
     """
     kc = kernel.kc
-    msg_id = kc.execute("", silent=True, user_expressions={"value": expression})
-    while True:
-        reply = kc.get_shell_msg(timeout=timeout)
-        if reply["parent_header"].get("msg_id") == msg_id:
+    for _ in range(10):
+        msg_id = kc.execute("", silent=True, user_expressions={"value": expression})
+        while True:
+            reply = kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        if reply["content"]["status"] != "aborted":
             break
+        time.sleep(0.5)
+    assert reply["content"]["status"] == "ok", (expression, reply["content"])
     result = reply["content"]["user_expressions"]["value"]
     assert result["status"] == "ok", (expression, result)
     return ast.literal_eval(result["data"]["text/plain"])
