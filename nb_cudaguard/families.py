@@ -26,22 +26,29 @@ class Family:
     check_fix: str | None = None
 
 
-_LABELS_FIX = (
-    "Make every label lie in [0, num_classes) or equal ignore_index: labels numbered from 1 need `labels - 1`; "
-    "'void' values such as 255 or -1 need ignore_index=255 (or mapping to -100); a classifier head smaller than the "
-    "number of classes needs num_labels / out_features raised."
-)
-
 TABLE: tuple[Family, ...] = (
     Family(
         "label_out_of_range",
         "a class label is negative or not smaller than the number of classes",
         "class_index",
-        _LABELS_FIX,
+        "Make every label lie in [0, num_classes) or equal ignore_index: labels numbered from 1 need `labels - 1`, "
+        "class ids taken from the data need a map onto 0..C-1, and 'void' values such as 255 need ignore_index=255. "
+        "Check on the CPU copy: labels.min() >= 0 and labels.max() < C.",
     ),
-    Family("negative_label", "a class label is negative (and not the loss's ignore_index)", "class_index", _LABELS_FIX),
     Family(
-        "num_classes_mismatch", "the output layer has fewer units than there are classes", "class_index", _LABELS_FIX
+        "negative_label",
+        "a class label is negative (and not the loss's ignore_index)",
+        "class_index",
+        "A negative label is read as a class: padding or 'unknown' labels such as -1 need ignore_index=-1 in the "
+        "loss (or mapping to -100, its default), and labels shifted by one from a 0-based set start at -1.",
+    ),
+    Family(
+        "num_classes_mismatch",
+        "the output layer has fewer units than there are classes",
+        "class_index",
+        "The head has fewer outputs than there are classes: set num_classes / num_labels / out_features to the "
+        "number of classes (the largest label + 1, counted over every split), and make a dataset config's class "
+        "count match the data the model is trained on.",
     ),
     Family(
         "embedding_index_out_of_range",
