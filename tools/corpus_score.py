@@ -222,8 +222,8 @@ def main() -> None:
     parser.add_argument("--ceiling", action="store_true", help="the most any diagnosis could score on each half")
     args = parser.parse_args()
     if args.ceiling:
-        for split in SPLITS:
-            rows = [e for e in entries() if e["split"] == split]
+        for split in (*SPLITS, "whole corpus"):
+            rows = [e for e in entries() if split in (e["split"], "whole corpus")]
             family, group = ceiling(rows)
             print(
                 f"{split}: ceiling top-1 {family}/{len(rows)} = {family / len(rows):.0%}, "
