@@ -34,6 +34,10 @@ TABLE: tuple[Family, ...] = (
         "Make every label lie in [0, num_classes) or equal ignore_index: labels numbered from 1 need `labels - 1`, "
         "class ids taken from the data need a map onto 0..C-1, and 'void' values such as 255 need ignore_index=255. "
         "Check on the CPU copy: labels.min() >= 0 and labels.max() < C.",
+        check_fix="A label is not smaller than C, the number of classes the model outputs: remap the labels into "
+        "[0, C) (labels numbered from 1 need `labels - 1`; 'void' values such as 255 need ignore_index=255), or, "
+        "where the data really has more classes, give the head as many outputs (num_classes / num_labels / "
+        "out_features = the largest label + 1).",
     ),
     Family(
         "negative_label",

@@ -161,6 +161,8 @@ def test_check_error_as_cause_and_dict(shell) -> None:
     assert evidence.valid_range.startswith("[0, 5)") and "classes" in evidence.range_source
     assert "F.cross_entropy(logits, labels)" in evidence.source_line
     assert cause.fix == err.fix and cause.to_dict()["family"] == "label_out_of_range"
+    # a label >= C: the labels or the head is wrong, and the check cannot tell which, so its fix names both
+    assert "labels - 1" in err.fix and "out_features" in err.fix, err.fix
     assert err.to_dict()["argument"] == "target"
 
 
