@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from corpus_add import CORPUS, entries
+
 from nb_cudaguard.diagnosis.evidence import prior
 from nb_cudaguard.incident.logparse import incident_from_log
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "corpus"
 TARGET = ROOT / "nb_cudaguard" / "data" / "priors.json"
 
 
 def dev_rows() -> list[tuple[str, tuple[str, ...], str]]:
-    entries = [e for e in json.loads((CORPUS / "corpus.json").read_text()) if e["split"] == "dev"]
     rows = []
-    for entry in entries:
+    for entry in (e for e in entries() if e["split"] == "dev"):
         incident = incident_from_log((CORPUS / entry["log"]).read_text())
         rows.append((prior.symptom_of(incident), prior.domains_of(incident), entry["family"]))
     return rows

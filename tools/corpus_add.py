@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nb_cudaguard.families import FAMILIES
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"  # the one place the tools find the corpus
 CONFIRMATIONS = ("fix_worked", "maintainer", "thread", "assertion")
 REQUIRED = ("id", "url", "family", "cause", "confirmed_by", "log", "split")
 # Any CUDA error at all, in any era's wording: broader than the catalog on purpose, so that a log the catalog
@@ -35,6 +35,11 @@ def split_of(url: str) -> str:
     """The half a log belongs to, fixed by its source before any rule is written for it (the 36 logs the rules were
     first written on, marked so in their ``note``, are ``dev`` whatever their hash)."""
     return ("dev", "held_out")[int(hashlib.sha256(url.encode()).hexdigest(), 16) % 2]
+
+
+def entries() -> list[dict]:
+    """The corpus's entries as they stand (the scoring and prior tools read them here, where they are written)."""
+    return json.loads((CORPUS / "corpus.json").read_text())
 
 
 def problems(entry: dict, known_ids: set[str], known_urls: set[str]) -> list[str]:
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pending", nargs="+", type=Path)
     parser.add_argument("--check", action="store_true", help="check the entries, write nothing")
     args = parser.parse_args(argv)
-    corpus = json.loads((CORPUS / "corpus.json").read_text())
+    corpus = entries()
     ids, urls = {e["id"] for e in corpus}, {e["url"] for e in corpus}
     pending: list[dict] = []
     refused = 0

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+from corpus_add import CORPUS, entries
 
 from nb_cudaguard.diagnosis import diagnose
 from nb_cudaguard.diagnosis.evidence import prior
 from nb_cudaguard.families import group_of
 from nb_cudaguard.incident.logparse import incident_from_log
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
 SPLITS = ("held_out", "dev")
 _ASSERTION = re.compile(r"Assertion `|Device-side assertion `|Assertion '")
 # A library frame in any traceback format: Python's (``File "...", line``), IPython 8's (``File /...py:12, in``) and
@@ -53,10 +53,6 @@ class Scored:
     @property
     def group_top1(self) -> bool:
         return bool(self.families) and group_of(self.families[0]) == group_of(self.entry["family"])
-
-
-def entries() -> list[dict]:
-    return json.loads((CORPUS / "corpus.json").read_text())
 
 
 # What two copies of one failure's log may differ in without saying anything about its cause: the block and thread
