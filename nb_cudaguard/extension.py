@@ -6,6 +6,7 @@ probe, the parsing and the diagnosis run only after a cell failed.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from traitlets.config import Configurable
 
 from nb_cudaguard.check.magics import EveryCell
 from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.incident.catalog import host_side_family
 from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.incident.usercode import cell_filenames, note_cell
 from nb_cudaguard.record.capture import OutputCapture
@@ -26,6 +28,7 @@ from nb_cudaguard.snapshot.store import Snapshots
 if TYPE_CHECKING:
     from IPython.core.magic import Magics
 
+    from nb_cudaguard.diagnosis.causes import Diagnosis
     from nb_cudaguard.panel.report import Report
     from nb_cudaguard.panel.rerun import FiredCell
     from nb_cudaguard.relaunch.outcome import ReplayOutcome
@@ -72,6 +75,9 @@ class CudaGuard(Configurable):
         self.capture = OutputCapture(self.capture_limit) if self.capture_output else None
         self.incidents: list[Incident] = []
         self.last_report: Report | None = None
+        # the report of the failure that poisoned this process's context: a poisoned context stays poisoned until
+        # the process ends, so every later CUDA failure in it is that failure's sticky error, reported as its own
+        self.poisoned_by: Report | None = None
         # the restart's state (restart/): one under way, how many this session had, why the last one failed, and
         # what the last replay did
         self.restarting = False
@@ -172,7 +178,11 @@ class CudaGuard(Configurable):
             for name, trait in self.traits(config=True).items()
             if getattr(self, name) != trait.default_value
         }
-        return SessionState(_simulating(), self.every_cell.enabled, self.every_cell.sync, config)
+        report = self.last_report
+        if report is not None and report.origin is not None:  # a sticky error's: the restart is for its origin
+            report = report.origin
+        carried = json.loads(report.to_json()) if report is not None else None
+        return SessionState(_simulating(), self.every_cell.enabled, self.every_cell.sync, config, carried)
 
     def restore_session(self, state: SessionState) -> list[str]:
         """Set the carried state in the new process, before the replay; returns what could not be set, one line
@@ -186,6 +196,16 @@ class CudaGuard(Configurable):
                 setattr(self, name, value)
             except Exception as exc:
                 problems.append(f"CudaGuard.{name} = {value!r} was refused ({exc})")
+        if state.report is not None:
+            from nb_cudaguard.panel.report import Report
+
+            try:
+                report = Report.from_dict(state.report)
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(f"the report of the failure before the restart could not be read ({exc})")
+            else:
+                report.restarted = True
+                self.last_report = report
         if state.simulate:
             from nb_cudaguard import testing
 
@@ -193,6 +213,19 @@ class CudaGuard(Configurable):
         if state.check:
             self.every_cell.set(True, sync=state.check_sync)
         return problems
+
+    def pin_report(self, diagnosis: Diagnosis, error: BaseException, cell: CellRecord) -> None:
+        """After "Restart, replay & diagnose": the failing cell re-run under ``%%cudacheck`` read the values, so
+        its diagnosis replaces the ranking in the report carried across the restart (``%cudaguard report``, the
+        JSON that ``nb-cudaguard run`` writes, the panel's buttons). Without a carried report, the check's error
+        is the report's incident."""
+        from nb_cudaguard.incident.incident import build_incident
+        from nb_cudaguard.panel.report import Report
+
+        carried = self.last_report if self.last_report is not None and self.last_report.restarted else None
+        incident = carried.incident if carried is not None else build_incident(error, namespace=self.shell.user_ns)
+        how = f"Pinned by re-running {cell.label} under %%cudacheck after the restart: the causes below were read."
+        self.last_report = Report(incident, diagnosis, restarted=carried is not None, pinned=how)
 
     # --- hooks
     def pre_run_cell(self, info=None) -> None:
@@ -244,13 +277,21 @@ class CudaGuard(Configurable):
             cell_filenames=dict(cell_filenames(self.shell)),
             namespace=self.shell.user_ns,
         )
-        record.cuda = incident.is_cuda
         from nb_cudaguard.diagnosis import diagnose  # the diagnosis and report are needed only after a failure
         from nb_cudaguard.panel.report import Report
 
-        report = Report(incident, diagnose(incident, journal=self.journal))
-        self.incidents = [*self.incidents[-9:], incident]
-        self.last_report = report
+        origin = self.poisoned_by
+        if origin is not None and incident.is_cuda:
+            # the sticky error of a context an earlier cell poisoned: the same incident, reported as that cell's
+            report = Report(incident, origin.diagnosis, origin=origin)
+        else:
+            report = Report(incident, diagnose(incident, journal=self.journal))
+            record.cuda = incident.is_cuda  # the failure a restart rebuilds for (replay.plan.failing_cell)
+            if incident.classification == "poisoned":
+                self.poisoned_by = report
+        if _is_incident(report):  # a typo is no incident: it neither replaces the report nor gets one
+            self.incidents = [*self.incidents[-9:], incident]
+            self.last_report = report
         if self._should_show(report):
             self.show(report)
         fast = sys.modules.get("nb_cudaguard.check.fast_error")  # loaded if a fast check can have fired
@@ -285,8 +326,7 @@ class CudaGuard(Configurable):
             return self.show_report == "always"
         if isinstance(report.incident.exception, CudaCheckError):
             return False  # its message is already the whole explanation; %cudaguard report still has it
-        top = report.diagnosis.top
-        return report.incident.is_cuda or (top is not None and top.family != "other")
+        return _is_incident(report)
 
     def show(self, report: Report) -> None:
         from IPython.display import display
@@ -327,6 +367,16 @@ class CudaGuard(Configurable):
         modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
         problems = "; ".join(self.capture.problems)
         return modes + (f" ({problems})" if problems else "")
+
+
+def _is_incident(report: Report) -> bool:
+    """What nb_cudaguard reports on: a CUDA failure (a CUDA error text, a device assertion, the sticky error, out of
+    memory), a check's error, or a tensor-index error the catalog knows (the CPU form of the same bad input). Any
+    other error is IPython's alone, whatever the probe says."""
+    incident = report.incident
+    if incident.is_cuda or isinstance(incident.exception, CudaCheckError):
+        return True
+    return host_side_family(f"{incident.exc_type}: {incident.message}") is not None
 
 
 def _simulating() -> bool:

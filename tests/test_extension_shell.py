@@ -104,7 +104,55 @@ def test_report_formats(shell, capsys):
 def test_plain_errors_stay_quiet(shell, capsys):
     shell.run_cell("1/0", store_history=True)
     assert "nb_cudaguard" not in capsys.readouterr().out
-    assert nb_cudaguard.get_guard(shell).last_report.incident.classification == "not_cuda"
+    assert nb_cudaguard.get_guard(shell).last_report is None  # no incident: nothing for %cudaguard report either
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["print(undefined_name)", "{'a': 1}['b']", "torch.zeros(2, device=device) + torch.zeros(3, device=device)",
+     "import nonexistent_module_for_the_test", "1/0"],
+)  # fmt: skip
+def test_plain_errors_stay_quiet_once_cuda_works(shell, capsys, source):
+    """On a GPU every session initialises CUDA, so the probe answers "healthy" after any error: that says nothing
+    about a NameError, which must get no report (it once got "CUDA error, but the context still works")."""
+    pytest.importorskip("torch")
+    shell.run_line_magic("cudaguard", "simulate on")
+    shell.run_cell("import torch\ndevice = 'cuda'\nx = torch.ones(3, device=device)", store_history=True)
+    capsys.readouterr()
+    result = shell.run_cell(source, store_history=True)
+    assert result.error_in_exec is not None
+    guard = nb_cudaguard.get_guard(shell)
+    assert guard.last_report is None and guard.incidents == []
+    assert guard.journal.last.cuda is False
+    shell.run_line_magic("cudaguard", "report")
+    assert "no failing cell recorded yet" in capsys.readouterr().out
+
+
+def test_a_typo_after_a_poisoning_is_no_incident_and_a_sticky_error_is_the_first_ones(shell, capsys):
+    """The typo is left to IPython; a later cell that dies of the sticky error reports the first failure's cause
+    and names its cell; the restart still rebuilds for the first failing cell."""
+    pytest.importorskip("torch")
+    from nb_cudaguard.replay.plan import failing_cell
+
+    shell.run_line_magic("cudaguard", "simulate on")
+    shell.run_cell("import torch\nimport torch.nn as nn\ndevice = 'cuda'", store_history=True)
+    shell.run_cell("emb = nn.Embedding(10, 4).to(device)\nids = torch.tensor([1, 12]).to(device)", store_history=True)
+    first = shell.run_cell("out = emb(ids)", store_history=True)
+    assert "device-side assert" in str(first.error_in_exec)
+    guard = nb_cudaguard.get_guard(shell)
+    origin = guard.last_report
+    assert origin.incident.classification == "poisoned"
+    family = origin.diagnosis.top.family
+    capsys.readouterr()
+    shell.run_cell("print(idss.max())", store_history=True)  # the typo reads no name that exists
+    assert guard.last_report is origin and "nb_cudaguard" not in capsys.readouterr().out
+    sticky = shell.run_cell("y = torch.ones(2, device=device).sum().item()", store_history=True)
+    assert "CUDA error" in str(sticky.error_in_exec)
+    follow = guard.last_report
+    assert follow.origin is origin and follow.diagnosis.top.family == family
+    assert f"because cell {origin.incident.cell.label} had already poisoned" in follow.to_text()
+    assert json.loads(follow.to_json())["first_failure"]["incident"]["cell"]["source"] == "out = emb(ids)"
+    assert failing_cell(guard.journal).source == "out = emb(ids)"
 
 
 def test_usage_errors_do_not_raise_into_the_user(shell, capsys):

@@ -66,7 +66,8 @@ def scenarios_section() -> list[str]:
         "`form`: `cpu` runs the scenario as is (PyTorch's own CPU error); `cuda` runs it through",
         "`nb_cudaguard.testing` (the CUDA error text, the device assertion printed on fd 2, a poisoned context). A",
         "scenario whose op has no device assertion (`x[15]`, a Python `int(nan)`, CTC lengths, which CUDA also checks",
-        "on the host) raises the same host-side error in both forms, classified `recoverable`.",
+        "on the host) raises the same host-side error in both forms, classified `not_cuda` (a host-side check, no",
+        "CUDA error).",
         "",
     ]
     return head + out + [""]

@@ -21,7 +21,11 @@ from typing import Any
 from nb_cudaguard.errors import NbCudaguardError
 
 EXIT_OK, EXIT_CELL_FAILED, EXIT_INVALID = 0, 1, 2
-_REPORT_EXPR = "__import__('nb_cudaguard').get_guard().last_report.to_json()"
+# the report of the cell that just failed, or None: an error that is no incident (a typo) gets no report
+_REPORT_EXPR = (
+    "(lambda g: g.last_report.to_json() if g.last_report is not None and g.journal.last is not None"
+    " and g.last_report.incident.cell is g.journal.last else None)(__import__('nb_cudaguard').get_guard())"
+)
 # Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
 _REPLAY_EXPR = (
     "__import__('json').dumps((lambda r: {'summary': r.summary(), 'text': r.to_text(), 'how': r.how, 'pid': r.pid,"
@@ -316,8 +320,11 @@ class NotebookRunner:
         content = self._silent(client, "", {"report": _REPORT_EXPR})
         found = content.get("user_expressions", {}).get("report", {})
         incident = {"cell": index, "error": error or "", "classification": "unknown", "causes": []}
-        if found.get("status") == "ok":
-            report = json.loads(ast.literal_eval(found["data"]["text/plain"]))  # the repr of a str
+        said = ast.literal_eval(found["data"]["text/plain"]) if found.get("status") == "ok" else None  # a str's repr
+        if found.get("status") == "ok" and said is None:
+            incident["classification"] = "not_cuda"  # left to IPython: not an incident of ours
+        elif said is not None:
+            report = json.loads(said)
             incident.update(
                 classification=report["classification"],
                 causes=report["causes"],

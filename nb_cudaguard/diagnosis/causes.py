@@ -25,6 +25,10 @@ class Evidence:
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Evidence:
+        return cls(**data)
+
     def to_text(self) -> str:
         how = "" if self.direct else " (inferred)"
         return f"{self.text}{how}"
@@ -49,6 +53,17 @@ class Cause:
             "fix": self.fix,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Cause:
+        return cls(
+            family=str(data["family"]),
+            confidence=float(data["confidence"]),
+            summary=str(data["summary"]),
+            fix=str(data["fix"]),
+            evidence=[Evidence.from_dict(e) for e in data.get("evidence", [])],
+            variable=data.get("variable"),
+        )
+
 
 @dataclass
 class Diagnosis:
@@ -61,6 +76,10 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {"causes": [c.to_dict() for c in self.causes], "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Diagnosis:
+        return cls([Cause.from_dict(c) for c in data.get("causes", [])], [str(n) for n in data.get("notes", [])])
 
 
 def cause_from_check(error: CudaCheckError) -> Cause:

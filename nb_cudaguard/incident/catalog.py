@@ -126,6 +126,14 @@ def is_cuda_text(text: str) -> bool:
     return bool(_TORCH_CUDA_HINT.search(text)) or any(e.device == "cuda" for e in match_error_texts(text))
 
 
+def host_side_family(text: str) -> str | None:
+    """The family of a host-side check's error (the CPU form of a bad input a GPU would assert on: a label out of
+    bounds, an index out of range in self), or None: the tensor-index errors that get a report though no CUDA is
+    involved."""
+    found = [e.family for e in match_error_texts(text) if e.device == "cpu" and e.family != "other"]
+    return found[0] if found else None
+
+
 def sticky_verdict(text: str) -> bool | None:
     """True if the text names a sticky CUDA error, False if a recoverable CUDA error, None if neither."""
     verdicts = [e.sticky for e in match_error_texts(text) if e.device == "cuda"]

@@ -309,11 +309,22 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         r"|tensors used as indices must be long, int, byte or bool tensors"
         # 1.0 to 1.5: checkScalarType and the legacy bindings' argument check
         r"|Expected tensor for argument #\d+ '\w+' to have scalar type (?:Long|Int); but got \S*(?:Float|Double|Half)"
-        r"|Expected object of scalar type (?:Long|Int) but got scalar type (?:Float|Double|Half)",
+        r"|Expected object of scalar type (?:Long|Int) but got scalar type (?:Float|Double|Half)"
+        # 2.x cross_entropy/nll_loss on class indices of a float dtype (LossNLL.cpp's target check)
+        r"|expected target dtype to be Long(?: or \w+)?, but got (?:Float|Double|Half|BFloat16)",
         "dtype_mismatch",
         None,
         "An index or label tensor has a floating dtype.",
         "aten/src/ATen/native/*; 1.x aten/src/ATen/TensorUtils.cpp (checkScalarType)",
+        device="cpu",
+    ),
+    _t(
+        "cpu_ctc_lengths",
+        r"Expected (?:input|target)_lengths to have value at most \d+, but got value \d+",
+        "ctc_loss",
+        None,
+        "A CTC length is longer than the time steps (or the targets) it describes; checked on the host, also on CUDA.",
+        "aten/src/ATen/native/LossCTC.cpp and cuda/LossCTC.cu (host-side checks)",
         device="cpu",
     ),
     _t(

@@ -46,6 +46,13 @@ class Frame:
             "cell": self.cell,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Frame:
+        return cls(
+            str(data["filename"]), int(data["lineno"]), str(data["function"]), str(data["line"]),
+            bool(data["is_user"]), data.get("cell"),
+        )  # fmt: skip
+
 
 def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) -> list[Frame]:
     cell_filenames = cell_filenames or {}
@@ -128,19 +135,56 @@ class Incident:
             "assertions": [a.to_dict() for a in self.assertions],
             "cell": self.cell.to_dict(with_names=False) if self.cell else None,
             "created": self.created,
+            "output_tail": self.output_tail,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Incident:
+        """An incident as ``to_dict`` wrote it (a report carried across a restart): everything but the live
+        objects, which stayed in the process that failed."""
+        cell = data.get("cell")
+        return cls(
+            exc_type=str(data["exc_type"]),
+            message=str(data["message"]),
+            classification=str(data["classification"]),
+            health=Health(**data["health"]),
+            frames=[Frame.from_dict(f) for f in data.get("frames", [])],
+            assertions=[AssertionRecord(**a) for a in data.get("assertions", [])],
+            cell=CellRecord.from_dict(cell) if cell else None,
+            output_tail=str(data.get("output_tail", "")),
+            created=float(data.get("created", 0.0)),
+        )
 
 
 def classify(text: str, assertions: list[AssertionRecord], health: Health) -> str:
-    """Live, only the probe can say "poisoned"; from a log (no probe), a sticky error text or assertion does."""
+    """The error's own words decide whether the failure is CUDA's; the probe only says how bad a CUDA failure is.
+
+    A ``NameError`` in a session that initialised CUDA (every GPU session does) is no CUDA failure, whatever the
+    probe answers: a healthy probe says nothing about it, and a poisoned one means an earlier cell broke the
+    context, not this one. So a failure is CUDA's only when its text is a CUDA error (the sticky error included) or
+    the cell printed a device assertion. Live, only the probe can then say "poisoned"; from a log (no probe), a
+    sticky error text or an assertion line does.
+    """
+    if not (assertions or catalog.is_cuda_text(text)):
+        return "not_cuda"
     if health.state == "poisoned":
         return "poisoned"
-    sticky = catalog.sticky_verdict(text)
-    if health.source == "log" and (sticky is True or assertions):
+    if health.source == "log" and (catalog.sticky_verdict(text) is True or assertions):
         return "poisoned"
-    if catalog.is_cuda_text(text) or assertions or health.state == "healthy":
-        return "recoverable"
-    return "not_cuda"
+    return "recoverable"
+
+
+def error_text(exc: BaseException) -> str:
+    """The messages of the error and of the errors it was raised from or during (a library that re-raises a CUDA
+    error as its own keeps CUDA's text one link down the chain): what tells a CUDA failure from any other."""
+    parts, seen = [], set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if link is not exc:
+            parts.append(f"{_qualified_name(link)}: {link}")
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return "\n".join(parts)
 
 
 def _qualified_name(exc: BaseException) -> str:
@@ -172,7 +216,7 @@ def build_incident(
     assertions = list(assertions or [])
     exc_type = _qualified_name(exc)
     health = active_probe().check()
-    text = f"{exc_type}: {message}\n{output_tail}"
+    text = f"{exc_type}: {message}\n{error_text(exc)}\n{output_tail}"
     return Incident(
         exc_type=exc_type,
         message=message,

@@ -29,9 +29,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+# what is true wherever the copy shows: the verdict was the drawing kernel's; the report lives on in that kernel and
+# across its in-place restarts (SessionState.report), not in a kernel the frontend restarted or a new one
 STATIC_NOTE = (
-    '<div class="nbcg nbcg-dim" style="margin-top:4px"><i>A static copy of the panel: run '
-    "<code>%cudaguard report</code> in a cell to get its buttons back.</i></div>"
+    '<div class="nbcg nbcg-dim" style="margin-top:4px"><i>A copy of the panel as the kernel that ran this cell drew '
+    "it: the verdict is that kernel's. While that kernel runs (also after its own Restart &amp; replay), "
+    "<code>%cudaguard report</code> draws the panel again with its buttons. A kernel restarted from the menu, or a "
+    "new one, starts without this report: run the failing cell again there.</i></div>"
 )
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 EMPTIED: dict[str, str] = {"text/plain": ""}  # the widget's output once the panel is static for good

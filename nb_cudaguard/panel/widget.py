@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nb_cudaguard.panel.actions import PanelActions, PanelSession
-from nb_cudaguard.panel.content import ReportContent, build, verdict_of
+from nb_cudaguard.panel.content import ReportContent, verdict_of
 from nb_cudaguard.panel.controls import make_button
 from nb_cudaguard.panel.memory import MemoryFacts, memory_facts, release
 from nb_cudaguard.panel.report import Report, text_bundle
@@ -36,7 +36,7 @@ class PanelFacts:
         return verdict_of(self.report.incident).kind
 
     def content(self) -> ReportContent:
-        return build(self.report.incident, self.report.diagnosis, self.tensors, self.memory)
+        return self.report.content(self.tensors, self.memory)
 
 
 def gather(report: Report) -> PanelFacts:

@@ -12,21 +12,24 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from nb_cudaguard.diagnosis.causes import Diagnosis
 from nb_cudaguard.errors import CudaCheckError
 
 
-def describe(error: BaseException, namespace: dict[str, Any], journal: Iterable[Any]) -> str:
+def describe(error: BaseException, namespace: dict[str, Any], journal: Iterable[Any]) -> tuple[str, Diagnosis | None]:
+    """The error as said under the replay, and, for a check's error, the diagnosis that pins the report."""
     text = "".join(traceback.format_exception_only(type(error), error)).strip()
     if not isinstance(error, CudaCheckError):
-        return text
+        return text, None
     from nb_cudaguard.diagnosis import diagnose
     from nb_cudaguard.incident.incident import build_incident
 
     try:
-        top = diagnose(build_incident(error, namespace=namespace), journal=journal).top
+        diagnosis = diagnose(build_incident(error, namespace=namespace), journal=journal)
     except Exception as exc:  # the check's own words stand without the workspace's
-        return f"{text}\n(the workspace could not be read for more: {type(exc).__name__}: {exc})"
+        return f"{text}\n(the workspace could not be read for more: {type(exc).__name__}: {exc})", None
+    top = diagnosis.top
     if top is None:
-        return text
+        return text, diagnosis
     variable = f" in {top.variable}" if top.variable else ""
-    return f"{text}\nLikely cause: {top.summary}{variable} ({top.family}).\nFix: {top.fix}"
+    return f"{text}\nLikely cause: {top.summary}{variable} ({top.family}).\nFix: {top.fix}", diagnosis

@@ -44,9 +44,16 @@ class SessionState:
     check: bool = False
     check_sync: bool = False
     config: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None  # the last incident's report (``Report.to_dict``): one report a session
 
     def to_dict(self) -> dict[str, Any]:
-        return {"simulate": self.simulate, "check": self.check, "check_sync": self.check_sync, "config": self.config}
+        return {
+            "simulate": self.simulate,
+            "check": self.check,
+            "check_sync": self.check_sync,
+            "config": self.config,
+            "report": self.report,
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> SessionState:
@@ -54,11 +61,15 @@ class SessionState:
             return cls()
         if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
             raise HandoffContentError(f"the handoff's session state is not a mapping: {data!r}")
+        report = data.get("report")
+        if report is not None and not isinstance(report, dict):
+            raise HandoffContentError(f"the handoff's report is not a mapping: {type(report).__name__}")
         return cls(
             bool(data.get("simulate")),
             bool(data.get("check")),
             bool(data.get("check_sync")),
             dict(data.get("config", {})),
+            report,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from nb_cudaguard.diagnosis.causes import Diagnosis
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.relaunch.handoff_content import SessionState
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
@@ -39,3 +40,5 @@ class CudaGuardState(Protocol):
     def session_state(self) -> SessionState: ...
 
     def restore_session(self, state: SessionState) -> list[str]: ...
+
+    def pin_report(self, diagnosis: Diagnosis, error: BaseException, cell: CellRecord) -> None: ...

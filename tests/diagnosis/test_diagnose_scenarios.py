@@ -109,7 +109,7 @@ def test_after_restart_replay_and_diagnose_every_poisoning_is_pinned(scenario):
 
     before = runner.run(scenario, "cuda")
     if before.report.incident.classification != "poisoned":
-        assert before.report.incident.classification == "recoverable" and before.rank == 1
+        assert before.report.incident.classification == "not_cuda" and before.rank == 1  # a host-side check
         return
     after = runner.run(scenario, "cuda", check_last=True)
     assert isinstance(after.report.incident.exception, CudaCheckError), "%%cudacheck did not stop the op"

@@ -351,7 +351,7 @@ def test_a_whole_session_with_the_panel(tmp_path, app):
             expect(static).to_be_visible()
             expect(static.locator(".nbcg-title").first).to_contain_text("context POISONED")
             expect(static).to_contain_text("The output layer has fewer units than there are classes")
-            expect(static).to_contain_text("A static copy of the panel: run %cudaguard report in a cell")
+            expect(static).to_contain_text("%cudaguard report draws the panel again with its buttons")
             expect(output.locator(".nb-cudaguard-panel")).to_have_count(0)
             expect(output).not_to_have_class(SCROLLED)
             static.screenshot(path=str(SCREENSHOTS / f"{shots}5-after-kernel-restart.png"))

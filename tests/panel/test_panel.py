@@ -95,8 +95,8 @@ def test_the_static_twin_is_the_whole_report_with_how_to_get_the_buttons_back(sh
     assert twin.live_style() not in html_  # the rule that hides the twin stays with the live panel
     hides_the_widget_unless_live = f":has(#{twin.static_id}) + .jp-OutputArea-child:not(:has(.nb-cudaguard-panel))"
     assert hides_the_widget_unless_live in html_
-    assert html_.count("%cudaguard report</code> in a cell to get its buttons back") == 1
-    assert "get its buttons back" not in live  # the live panel has them
+    assert html_.count("%cudaguard report</code> draws the panel again with its buttons") == 1
+    assert "draws the panel again with its buttons" not in live  # the live panel has them
     assert twin.widget_id == "nbcg-panel-" + twin.token and twin.static_id == "nbcg-static-" + twin.token
 
 
@@ -338,7 +338,7 @@ def _panel_displays(messages: list[dict]) -> list[tuple[str, str]]:
     pairs = [(shown[i][0], shown[i - 1][0]) for i, (_, data) in enumerate(shown) if WIDGET_VIEW in data and i]
     for _, twin_id in pairs:
         twin = dict(shown)[twin_id]
-        assert WIDGET_VIEW not in twin and "get its buttons back" in twin["text/html"], twin
+        assert WIDGET_VIEW not in twin and "draws the panel again with its buttons" in twin["text/html"], twin
     return pairs
 
 
@@ -352,7 +352,9 @@ def _assert_static(updates: dict[str, dict], widget_id: str, twin_id: str) -> No
     assert updates[widget_id] == {"text/plain": ""}  # no widget view left: nothing can say "model not found"
     html_ = updates[twin_id]["text/html"]
     assert f'id="{twin_id}"' in html_ and "context POISONED" in html_
-    assert html_.count("get its buttons back") == 1 and "display:none!important" not in html_  # shown, not hidden
+    assert (
+        html_.count("draws the panel again with its buttons") == 1 and "display:none!important" not in html_
+    )  # shown, not hidden
 
 
 @pytest.mark.kernel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -450,11 +451,51 @@ def test_a_typo_and_a_mistyped_option_after_the_crash_do_not_lose_the_replay(ker
     run_ok(kernel, "import torch\nimport torch.nn.functional as F\nlabels = torch.tensor([0, 5]).to('cuda')")
     failed = kernel.run("F.cross_entropy(torch.zeros(2, 3, device='cuda'), labels)")
     assert failed.status == "error" and "device-side assert" in failed.error["evalue"]  # poisons
-    assert kernel.run("prnt(labels)").status == "error"  # the typo users make next
+    # the typo users make next reads a name that does not exist, so a replay for it would rebuild nothing; and
+    # a failing import; neither is a CUDA failure, though the context is poisoned when they fail
+    typo = kernel.run("print(lables.max())")
+    assert typo.status == "error" and typo.error["ename"] == "NameError"
+    assert kernel.run("import nonexistent_module_of_the_user").status == "error"
     assert kernel.run("%cudaguard restart --replay minmal").status == "error"  # a usage error: changes nothing
     restarted = run_ok(kernel, "%cudaguard restart --replay minimal --no-carry")
     assert "with no replay" not in restarted.stdout
     assert value(kernel, "labels.tolist()") == [0, 5]  # rebuilt for the CUDA failure, not for the typo
+    assert value(kernel, "F.__name__") == "torch.nn.functional"  # the imports too
+
+
+def _report(kernel) -> dict:
+    """``%cudaguard report --json``, after the restart's one line that the first cell after it prints."""
+    said = run_ok(kernel, "%cudaguard report --json").stdout
+    return json.loads(said[said.index("{") :])
+
+
+def test_the_report_crosses_the_restart_and_diagnose_pins_it(kernel):
+    """One report a session: after the restart ``%cudaguard report`` (text, JSON, Markdown) still has the failure
+    that made it necessary, marked as from before the restart; ``--diagnose`` replaces its causes with what
+    %%cudacheck read."""
+    run_ok(kernel, "%cudaguard simulate on")
+    run_ok(kernel, "import torch\nimport torch.nn.functional as F\ndevice = 'cuda'")
+    run_ok(kernel, "NUM_CLASSES = 4\nmodel = torch.nn.Linear(8, NUM_CLASSES - 1).to(device)")
+    run_ok(kernel, "x = torch.randn(5, 8)\ny = torch.tensor([0, 1, 2, 3, 3])")
+    failed = kernel.run("loss = F.cross_entropy(model(x.to(device)), y.to(device))")
+    assert failed.status == "error"
+    before = _report(kernel)
+    assert before["classification"] == "poisoned" and before["restarted"] is False
+    run_ok(kernel, "%cudaguard restart --no-carry")
+    after = _report(kernel)
+    assert after["restarted"] is True and after["pinned"] is None
+    assert after["incident"]["cell"]["source"] == before["incident"]["cell"]["source"]
+    assert [c["family"] for c in after["causes"]] == [c["family"] for c in before["causes"]]
+    text = run_ok(kernel, "%cudaguard report").outputs
+    assert "Before the restart" in json.dumps(text)
+    assert "Before the restart" in run_ok(kernel, "%cudaguard report --markdown").stdout
+    kernel.run("loss = F.cross_entropy(model(x.to(device)), y.to(device))")  # poisons the new process again
+    run_ok(kernel, "%cudaguard restart --diagnose --no-carry")
+    pinned = _report(kernel)
+    assert pinned["restarted"] is True and "%%cudacheck" in pinned["pinned"]
+    top = pinned["causes"][0]
+    assert top["confidence"] == 1.0 and top["family"] in ("num_classes_mismatch", "label_out_of_range"), top
+    assert any(e.get("values") == [3] or e.get("values") == [3, 3] for e in top["evidence"]), top
 
 
 def test_restart_replay_and_diagnose_says_the_narrowed_cause_and_the_users_variable(kernel):
