@@ -12,7 +12,10 @@ fast mode with the block of steps as one cell (a training loop): the boards are 
 GPU (``--gpu``, needs CUDA): the LM step in four separate processes (plain, fast, exact, and plain with
 CUDA_LAUNCH_BLOCKING=1, which must be set before CUDA starts). Skipped with a message without CUDA.
 
-    PYTHONPATH=. python benchmarks/bench_guard.py [--repeats 9] [--threads 1] [--gpu]
+``--simulated`` runs the CPU comparison on the simulated GPU's device tensors (the checks as a GPU session runs
+them, e.g. on a machine without one); its times carry the simulation's own per-op cost.
+
+    PYTHONPATH=. python benchmarks/bench_guard.py [--repeats 9] [--threads 1] [--gpu] [--simulated]
 """
 
 from __future__ import annotations
@@ -98,11 +101,11 @@ def _timed_block(model, optimizer, data, mode: str, steps: int) -> list[float]:
         checker.leave()
 
 
-def run_cpu(repeats: int, warmup: int = 2) -> list[dict]:
+def run_cpu(repeats: int, warmup: int = 2, device: str = "cpu") -> list[dict]:
     import torch
 
     results = []
-    for name, (model, data) in _models("cpu").items():
+    for name, (model, data) in _models(device).items():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         launch_bound = name.startswith("launch")
         inner = 20 if launch_bound else 1  # steps per sample, so that a sample is not a few milliseconds
@@ -174,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-child", choices=list(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help="torch CPU threads (1 is steadiest on a shared machine)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--simulated",
+        action="store_true",
+        help="run the CPU comparison on the simulated GPU (nb_cudaguard.testing): the checks on device tensors, as "
+        "on a GPU; its times include the simulation's own per-op cost, so they are no GPU or CPU figure",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -184,13 +193,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    report: dict = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": run_cpu(args.repeats)}
+    if args.simulated:
+        from nb_cudaguard import testing
+
+        testing.enable()
+    device = "cuda" if args.simulated else "cpu"
+    report: dict = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": "simulated GPU" if args.simulated else "cpu",
+        "cpu": run_cpu(args.repeats, device=device),
+    }
     if args.gpu:
         report["gpu"] = run_gpu(args.repeats)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"torch {report['torch']}, {report['threads']} CPU threads, median of {args.repeats} interleaved rounds")
+    print(
+        f"torch {report['torch']}, {report['threads']} CPU threads, on {report['device']}, median of {args.repeats} "
+        "interleaved rounds"
+    )
     print("ratios: median of the per-round ratios (ratio of the medians)")
     print("fast: the boards read after every step (each step a cell); loop: read once per block (a cell's loop)")
     print(

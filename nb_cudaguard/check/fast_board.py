@@ -98,8 +98,9 @@ class Board:
         """Fold ``bad`` (shaped like ``x``, a detached input) later, in call order (so the first firing still
         sticks); at once where it cannot wait: during a CUDA graph capture (the fold must be in the graph), for an
         input too large to hold, or one without a version counter (made under ``torch.inference_mode``), whose
-        in-place change could not be seen."""
-        capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+        in-place change could not be seen. Capturing is asked only of a started CUDA: a tensor that merely says
+        ``cuda`` (a fake tensor on a CPU-only torch, a CUDA build without a driver) has no stream to ask about."""
+        capturing = x.is_cuda and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
         if capturing or bad.numel() > HOLD_ELEMENTS or x.is_inference():
             fold(site, x, bad, self.tag(site, x))
             return

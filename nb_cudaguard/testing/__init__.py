@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nb_cudaguard.incident import probe
-from nb_cudaguard.testing import device, kernels
+from nb_cudaguard.testing import device, frames, kernels, runtime
 
 if TYPE_CHECKING:
     import torch
@@ -65,9 +65,11 @@ _ADV_INDEX = kernels.ADV_INDEX  # what benchmarks/bench_diagnose.py prints
 
 
 def _cuda_error(message: str = CUDA_ASSERT_MESSAGE) -> RuntimeError:
+    """CUDA's error as ``C10_CUDA_CHECK`` raises it, shown by IPython without the simulation's frames."""
     torch = sys.modules.get("torch")
     error_class = getattr(torch, "AcceleratorError", RuntimeError) if torch is not None else RuntimeError
     error: RuntimeError = error_class(message)
+    frames.hide(error)
     return error
 
 
@@ -115,6 +117,7 @@ def _emit(kernel: kernels.Kernel, threads: int = 4) -> None:
 
 def poison(family: str = "label_out_of_range", threads: int = 4) -> None:
     """Simulate a device-side assert of ``family`` right now: print the line, poison, raise."""
+    __tracebackhide__ = True
     kernel = kernels.FAMILY_KERNELS.get(family, kernels.NLL)
     probe.set_probe(SimulatedCudaProbe())
     _emit(kernel, threads)
@@ -155,21 +158,27 @@ def _make_dispatch_mode() -> TorchDispatchMode:
             args: Sequence[Any] = (),
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
+            __tracebackhide__ = True
             kwargs = kwargs or {}
             on_gpu = any(t in table for t in device.tensors_in((args, kwargs)))
-            if not on_gpu:
-                return func(*args, **kwargs)
-            if _state.poisoned:
+            if on_gpu and _state.poisoned:
                 raise _refused()
             try:
                 result = func(*args, **kwargs)
             except (IndexError, RuntimeError, ValueError) as exc:
-                row = _row_for(func, args, str(exc))
-                if row is None or row.assert_ is None:
-                    raise  # a host-side check: CUDA raises the same, and the context survives
-                _emit(row.assert_)
+                row = _row_for(func, args, str(exc)) if on_gpu else None
+                kernel = kernels.kernel_for(row, func.overloadpacket.__name__, args) if row is not None else None
+                frames.hide(exc)
+                if kernel is None:
+                    raise  # a host-side check (or a host op): CUDA raises the same, and the context survives
+                _emit(kernel)
                 _state.poisoned = True
                 raise _cuda_error() from None
+            except Exception as exc:
+                frames.hide(exc)
+                raise
+            if not on_gpu:
+                return result
             for tensor in device.tensors_in(result):
                 table.add(tensor)
             return result
@@ -181,7 +190,7 @@ def enable() -> None:
     """Turn the simulated GPU on in this thread (idempotent) and install its probe."""
     probe.set_probe(SimulatedCudaProbe())
     if _state.dispatch_mode is None:
-        _state.saved_cuda = device.patch_torch_cuda(is_poisoned, _refused)
+        _state.saved_cuda = runtime.patch(runtime.Runtime(_state.table, is_poisoned, _refused, _cuda_error))
         _state.function_mode = device.make_mode(_state.table, is_poisoned, _refused)
         _state.function_mode.__enter__()
         _state.dispatch_mode = _make_dispatch_mode()
@@ -197,7 +206,7 @@ def disable() -> None:
         _state.function_mode.__exit__(None, None, None)
         _state.function_mode = None
     if _state.saved_cuda is not None:
-        device.unpatch_torch_cuda(_state.saved_cuda)
+        runtime.unpatch(_state.saved_cuda)
         _state.saved_cuda = None
 
 

@@ -19,7 +19,9 @@ runs one bad input per row on the simulated device.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "/__w/pytorch/pytorch/aten/src/ATen/native/cuda/"
 
@@ -44,6 +46,7 @@ class Row:
     cpu: str  # where torch 2.13.0's CPU build raises it
     cuda: str  # where CUDA checks the same input
     assert_: Kernel | None  # the device assert CUDA prints; None: CUDA raises the same error on the host
+    large: Kernel | None = None  # the kernel CUDA launches instead for more than SMALL_INDEX_MAX indices
 
 
 NLL = Kernel("Loss.cu", 200, "nll_loss_forward_reduce_cuda_kernel_2d", "t >= 0 && t < n_classes")
@@ -51,8 +54,19 @@ NLL_NO_REDUCE = Kernel(
     "Loss.cu", 179, "nll_loss_forward_no_reduce_cuda_kernel", "cur_target >= 0 && cur_target < n_classes"
 )
 NLL2D = Kernel("NLLLoss2d.cu", 108, "nll_loss2d_forward_kernel", "t >= 0 && t < n_classes")
+# Indexing.cu picks the kernel by the number of indices: index_select_out_cuda_impl and index_func_cuda_impl launch
+# their SmallIndex kernel "if (numIndices <= 16)" and their LargeIndex kernel otherwise (pytorch/pytorch,
+# aten/src/ATen/native/cuda/Indexing.cu, the same test in every release since THC's THCTensorIndex.cu). An
+# embedding is index_select over its flattened ids (Embedding.cpp), so a batch of 256 ids asserts in LargeIndex.
+SMALL_INDEX_MAX = 16
 INDEX_SELECT = Kernel("Indexing.cu", 1558, "indexSelectSmallIndex", "srcIndex < srcSelectDimSize")
-INDEX_ADD = Kernel("Indexing.cu", 1035, "indexFuncLargeIndex", "dstIndex < dstAddDimSize")
+# The 2.14.1 binaries' decoded call sites list only the small-index assert; in 1.13.1, 2.2.2 and 2.7.1 the
+# large-index one sits 53 lines below it (shared/reference/torch_cuda_asserts.json), so its line is inferred.
+INDEX_SELECT_LARGE = Kernel("Indexing.cu", 1558 + 53, "indexSelectLargeIndex", "srcIndex < srcSelectDimSize")
+INDEX_ADD = Kernel("Indexing.cu", 1035, "indexFuncSmallIndex", "dstIndex < dstAddDimSize")
+INDEX_ADD_LARGE = Kernel("Indexing.cu", 1094, "indexFuncLargeIndex", "dstIndex < dstAddDimSize")
+# Where each indexing op takes its indices, for the kernel's choice.
+INDEX_ARGUMENT = {"embedding": 1, "index_select": 2, "index_add": 2, "index_add_": 2}
 ADV_INDEX = Kernel(
     "IndexKernel.cu", 111, "operator()", '-sizes[i] <= index && index < sizes[i] && "index out of bounds"'
 )
@@ -131,8 +145,9 @@ ROWS: tuple[Row, ...] = (
         ("embedding", "index_select"),
         r"^index out of range in self",
         "aten/src/ATen/native/TensorAdvancedIndexing.cpp:1767 (embedding) / :1850 (index_select)",
-        "aten/src/ATen/native/cuda/Indexing.cu:1558 (indexSelectSmallIndex)",
+        "aten/src/ATen/native/cuda/Indexing.cu:1558 (indexSelectSmallIndex; indexSelectLargeIndex above 16 ids)",
         INDEX_SELECT,
+        INDEX_SELECT_LARGE,
     ),
     Row(
         "embedding_float_ids",
@@ -147,8 +162,9 @@ ROWS: tuple[Row, ...] = (
         ("index_add", "index_add_"),
         r"^index out of range in self",
         "aten/src/ATen/native/TensorAdvancedIndexing.cpp:1308 (index_add_cpu_)",
-        "aten/src/ATen/native/cuda/Indexing.cu:1035 (indexFuncLargeIndex)",
+        "aten/src/ATen/native/cuda/Indexing.cu:1035 (indexFuncSmallIndex; :1094 indexFuncLargeIndex above 16)",
         INDEX_ADD,
+        INDEX_ADD_LARGE,
     ),
     Row(
         "advanced_index_out_of_bounds",
@@ -292,6 +308,14 @@ def row_for(op: str, message: str, prefer: frozenset[str] = frozenset()) -> Row 
     if len(matching) > 1:
         matching = [row for row in matching if row.name in prefer] or [r for r in matching if r.name not in VARIANTS]
     return matching[0] if matching else None
+
+
+def kernel_for(row: Row, op: str, args: Sequence[Any]) -> Kernel | None:
+    """The kernel whose assert CUDA prints for this call: the large-index one where Indexing.cu launches it."""
+    at = INDEX_ARGUMENT.get(op)
+    if row.large is not None and at is not None and len(args) > at and args[at].numel() > SMALL_INDEX_MAX:
+        return row.large
+    return row.assert_
 
 
 # Rows that apply only to one form of a call; the dispatch mode says which form it saw.
