@@ -22,6 +22,7 @@ from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.incident.usercode import cell_filenames, note_cell
 from nb_cudaguard.record.capture import OutputCapture
 from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.record.observe import Observer
 from nb_cudaguard.relaunch.handoff_content import SessionState
 from nb_cudaguard.snapshot.store import Snapshots
 
@@ -101,7 +102,9 @@ class CudaGuard(Configurable):
         self._started = 0.0
         # the simulated GPU was on before the extension loaded: unloading it leaves it on, else turns it off
         self._simulating_at_load = _simulating()
-        self.snapshots = Snapshots()  # snapshot/: the GPU state's last host copy, and what each cell did to it
+        # record/observe: what each cell changed, seen by the runtime (it also counts the optimizers' steps)
+        self.observer = Observer()
+        self.snapshots = Snapshots(self.observer.steps)  # snapshot/: the GPU state's last host copy
 
     @property
     def current_cell(self) -> CellRecord | None:
@@ -164,7 +167,7 @@ class CudaGuard(Configurable):
         go_static(self)
         self.unregister()
         self.every_cell.set(False)
-        self.snapshots.close()
+        self.observer.close()
         if _simulating() and not self._simulating_at_load:
             from nb_cudaguard import testing
 
@@ -232,6 +235,7 @@ class CudaGuard(Configurable):
         source = getattr(info, "raw_cell", "") or ""
         note_cell(self.shell, source, self.shell.execution_count)
         self._current = self.journal.start(source, self.shell.execution_count, getattr(info, "cell_id", None))
+        self._observe(self.observer.before, source, self.shell.user_ns)
         if self.capture is not None:
             self.capture.begin_cell()
         if self.snapshot:
@@ -257,6 +261,7 @@ class CudaGuard(Configurable):
             record.status = "error"
             record.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         output = self.capture.end_cell(failed=error is not None) if self.capture is not None else None
+        record.observed = self._observe(self.observer.after, self.shell.user_ns, self.shell.user_ns_hidden)
         if record.status == "ok" and self.snapshot:
             self._snapshot_hook(self.snapshots.after_cell, record, self.shell.user_ns, self.shell.user_ns_hidden,
                                 self.snapshot_max_bytes, self.snapshot_max_fraction)  # fmt: skip
@@ -352,6 +357,14 @@ class CudaGuard(Configurable):
             lines.append(f"  last: {inc.classification} - {inc.exc_type}: {inc.message.splitlines()[0][:100]}")
         lines.append(f"  snapshot: {self.snapshots.status() if self.snapshot else 'off (CudaGuard.snapshot = False)'}")
         return "\n".join(lines)
+
+    def _observe(self, step, *args) -> Any:
+        """Observing must never break the user's session: a failure leaves the cell to the source analysis."""
+        try:
+            return step(*args)
+        except Exception as exc:
+            print(f"nb_cudaguard: could not observe the cell ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return None
 
     def _snapshot_hook(self, hook, *args) -> None:
         """A snapshot must never be what breaks the user's session: a failure turns it off, with one line."""

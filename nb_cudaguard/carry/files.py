@@ -92,6 +92,7 @@ def prepare(
     force_carry: Iterable[str] = (),
     no_carry: Iterable[str] = (),
     replay_cells: Iterable[int] = (),
+    loose: dict[str, int] | None = None,
 ) -> tuple[ReplayPlan, CarryManifest | None, CarryPlan]:
     """Before the restart: decide, write the carried values, and return the plan to replay and the manifest."""
     binding = handoff.binding_for(shell, create_secret=True)
@@ -100,19 +101,28 @@ def prepare(
     directory.mkdir(mode=0o700)
     mark_owner(directory)
     plan = plan_for(
-        shell, guard, base, directory, force_carry=force_carry, no_carry=no_carry, replay_cells=replay_cells
+        shell,
+        guard,
+        base,
+        directory,
+        force_carry=force_carry,
+        no_carry=no_carry,
+        replay_cells=replay_cells,
+        loose=loose,
     )
-    if not plan.carried:
+    if not plan.written:
         shutil.rmtree(directory, ignore_errors=True)
         return base, None, plan
     where = "memory" if carry_place.in_memory(directory) else "disk"
     plan.notes.append(f"Carried values are written to {directory} ({where}).")
     manifest = CarryManifest(
         directory=str(directory),
-        values=tuple(_entry(plan.measures[name]) for name in plan.carried),
-        total_bytes=plan.carried_bytes,
+        values=tuple(_entry(plan.measures[name]) for name in plan.written),
+        total_bytes=sum(plan.measures[name].bytes for name in plan.written),
         base_plan=base.to_dict(),
-        first_skipped=min(step.record.seq for step in plan.steps if step.action != "replay"),
+        # taken in before the first cell skipped: a loose value before its training cell, so that if the snapshot
+        # does not fit the rebuilt objects and that cell runs after all, what it binds replaces the carried value
+        first_skipped=min([s.record.seq for s in plan.steps if s.action != "replay"] + list(plan.loose.values())),
         expected_seconds=plan.expected_seconds,
     )
     return plan.replay_plan(), manifest, plan

@@ -47,10 +47,18 @@ class CarryPlan:
     refused: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     expected_seconds: float = 0.0
+    # name -> the training cell it came from: values only a cell the snapshot replaces bound (its loop's last batch
+    # or loss, a counter), carried beside the snapshot so that they exist again though no cell rebuilds them
+    loose: dict[str, int] = field(default_factory=dict)
 
     @property
     def carried(self) -> list[str]:
         return sorted({name for step in self.steps if step.action == "carry" for name in step.names})
+
+    @property
+    def written(self) -> list[str]:
+        """Every value whose file the restart carries: those the plan carries instead of cells, and the loose."""
+        return sorted({*self.carried, *self.loose})
 
     @property
     def carried_bytes(self) -> int:
@@ -63,6 +71,7 @@ class CarryPlan:
         skipped = [PlanStep(s.record, s.reason) for s in self.steps if s.action != "replay"]
         plan.excluded = sorted([*self.base.excluded, *skipped], key=lambda s: s.record.seq)
         plan.notes = list(self.base.notes)
+        plan.brings_back, plan.leaves_out = list(self.base.brings_back), list(self.base.leaves_out)
         return plan
 
     def step_text(self, step: CarryStep) -> str:
@@ -89,6 +98,9 @@ class CarryPlan:
         for name in self.carried:
             m = self.measures[name]
             lines.append(f"  carried {name}: {size_text(m.bytes)}, pickled in {m.seconds:.3f} s")
+        for name in sorted(self.loose):
+            m = self.measures[name]
+            lines.append(f"  carried {name} beside the snapshot: {size_text(m.bytes)}, pickled in {m.seconds:.3f} s")
         if self.refused:
             lines.append("Not carried (rebuilt by replay if needed):")
             lines += [f"  {name}: {why}" for name, why in sorted(self.refused.items())]
@@ -120,6 +132,7 @@ def build_carry_plan(
     replay_cells: Iterable[int] = (),
     directory: Path | None = None,
     hidden: Iterable[str] = (),
+    loose: dict[str, int] | None = None,
 ) -> CarryPlan:
     """Decide per cell. With ``directory``, each candidate is pickled once, straight into a file there (0600): the
     pickle that measures a value is the one the restart carries, and the files of values not carried are deleted.
@@ -163,7 +176,40 @@ def build_carry_plan(
             break
     for name in sorted(force - set(plan.carried)):
         plan.notes.append(f"{name} cannot be carried: {plan.refused.get(name, 'no cell of the plan binds it')}.")
+    _carry_loose(plan, journal, namespace, loose or {}, directory, max_bytes, max_seconds, never)
     return plan
+
+
+def _carry_loose(
+    plan: CarryPlan,
+    journal: Journal,
+    namespace: dict,
+    loose: dict[str, int],
+    directory: Path | None,
+    max_bytes: int,
+    max_seconds: float,
+    never: set[str],
+) -> None:
+    """The values only the cells the snapshot replaces bound, measured (and written) after the plan's own, within
+    what they left of the budget; one that cannot be carried is said now, before the restart."""
+    left = max_bytes - sum(plan.measures[name].bytes for name in plan.carried)
+    for name, seq in sorted(loose.items()):
+        if name in plan.carried or name not in namespace:
+            continue
+        record = journal.by_seq(seq)
+        where = record.label if record is not None else f"#{seq}"
+        if name in never:
+            plan.notes.append(f"{name} is not rebuilt: only {where} bound it, which the snapshot replaces.")
+            continue
+        path = _value_path(directory, plan, name) if directory is not None else None
+        m = carry.measure(name, namespace[name], left, max_seconds, path, left)
+        if m.reason is not None or (directory is not None and m.file is None):
+            why = m.reason or "no room was left for it"
+            plan.notes.append(f"{name} is not rebuilt: only {where} bound it, which the snapshot replaces; {why}.")
+            continue
+        plan.measures[name] = m
+        plan.loose[name] = seq
+        left -= m.bytes
 
 
 def _is_user_value(name: str, value, hidden: set[str]) -> bool:

@@ -12,6 +12,12 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nb_cudaguard.record.cellorder import bound_first, bound_in, root_name
+
+if TYPE_CHECKING:
+    from nb_cudaguard.record.observe import Observed
 
 _BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "exit", "quit"}
 
@@ -35,7 +41,9 @@ class CellNames:
     mutated: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     used: set[str] = field(default_factory=set)
-    side_effects: set[str] = field(default_factory=set)  # "shell", "magic", "file_io", "star_import"
+    # "shell", "magic", "star_import"; a file the cell wrote is none (files outlive a restart: writing a log or a
+    # checkpoint is no reason to run the cell again)
+    side_effects: set[str] = field(default_factory=set)
     # Names the cell binds at top level, unconditionally, without reading them first: earlier bindings of these
     # names do not matter to later cells, which lets the replay plan leave the earlier cells out.
     rebound: set[str] = field(default_factory=set)
@@ -50,6 +58,7 @@ class CellNames:
     function_globals: dict[str, set[str]] = field(default_factory=dict)
     magics: list[tuple[str, str]] = field(default_factory=list)  # (name, line) of each magic the cell runs
     syntax_error: str | None = None
+    observed: bool = False  # ``mutated`` is what the runtime saw change (``observe``), not only the source's guess
 
     def merge(self, other: CellNames) -> None:
         """Fold in the names of code that runs inside this cell (the body of ``%%time``, ``%%capture``...)."""
@@ -64,8 +73,19 @@ class CellNames:
         self.side_effects |= other.side_effects
         self.magics.extend(other.magics)
 
+    def observe(self, seen: Observed) -> None:
+        """Put what the runtime saw in place of the source's guesses: of the objects the cell named, those the
+        runtime sees into changed only if it saw them change; containers and opaque objects keep the source's
+        verdict; a module an optimizer stepped changed though the cell never named it."""
+        guessed = seen.opaque | seen.partial
+        self.mutated = (self.mutated & guessed) | seen.changed
+        self.call_mutated &= self.mutated
+        self.deleted |= seen.deleted
+        self.observed = True
+
     def to_dict(self) -> dict:
         return {
+            "observed": self.observed,
             "defined": sorted(self.defined),
             "mutated": sorted(self.mutated),
             "deleted": sorted(self.deleted),
@@ -78,31 +98,6 @@ class CellNames:
             "function_globals": {name: sorted(bound) for name, bound in self.function_globals.items()},
             "magics": [list(m) for m in self.magics],
         }
-
-
-def _root_name(node: ast.AST) -> str | None:
-    """``a`` for ``a``, ``a.b.c``, ``a[0].b``: the module-level object an expression reaches into."""
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _bound_in(node: ast.AST) -> set[str]:
-    """Names a function or comprehension binds locally (parameters, assignments), to subtract from its reads."""
-    bound: set[str] = set()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        args = node.args
-        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
-            if arg is not None:
-                bound.add(arg.arg)
-    for child in ast.walk(node):
-        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
-            bound.add(child.id)
-        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child is not node:
-            bound.add(child.name)
-        elif isinstance(child, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in child.names)
-    return bound
 
 
 class _Visitor(ast.NodeVisitor):
@@ -135,7 +130,7 @@ class _Visitor(ast.NodeVisitor):
 
     def _visit_scope(self, node: ast.AST) -> None:
         """Functions and classes: their global reads are the cell's reads; ``global x`` inside binds x."""
-        local = _bound_in(node)
+        local = bound_in(node)
         declared_global: set[str] = set()
         for child in ast.walk(node):
             if isinstance(child, ast.Global):
@@ -179,7 +174,7 @@ class _Visitor(ast.NodeVisitor):
         self._visit_scope(node)
 
     def _visit_comprehension(self, node: ast.AST) -> None:
-        local = _bound_in(node)
+        local = bound_in(node)
         for child in ast.walk(node):
             if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and child.id not in local:
                 self.names.used.add(child.id)
@@ -190,7 +185,7 @@ class _Visitor(ast.NodeVisitor):
 
     # --- mutation of existing objects
     def _mutates(self, target: ast.AST) -> None:
-        root = _root_name(target)
+        root = root_name(target)
         if root is not None and not isinstance(target, ast.Name):
             self.names.mutated.add(root)
             self.assign_roots.add(root)
@@ -202,7 +197,7 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        root = _root_name(node.target)
+        root = root_name(node.target)
         if root is not None:
             self.names.used.add(root)
             if isinstance(node.target, ast.Name):
@@ -227,7 +222,7 @@ class _Visitor(ast.NodeVisitor):
         func = node.func
         # obj.method(...) may change obj in place (list.append, model.to, optimizer.step): count it as a mutation.
         if isinstance(func, ast.Attribute) and func.attr not in _READ_ONLY_METHODS:
-            root = _root_name(func.value)
+            root = root_name(func.value)
             if root is not None:
                 self.names.mutated.add(root)
                 self.call_roots.add(root)
@@ -237,8 +232,6 @@ class _Visitor(ast.NodeVisitor):
                 self._visit_magic(func.attr == "run_cell_magic", node.args)
             elif func.attr in ("system", "getoutput"):
                 self.names.side_effects.add("shell")
-        if isinstance(func, ast.Name) and func.id == "open":
-            self.names.side_effects.add("file_io")
         self.generic_visit(node)
 
     def _visit_magic(self, is_cell: bool, args: list[ast.expr]) -> None:
@@ -305,6 +298,7 @@ def analyse(source: str) -> CellNames:
     names.mutated -= {"get_ipython"}
     names.used.discard("get_ipython")
     names.deferred &= names.used
+    names.used -= bound_first(tree) - names.deferred
     names.rebound = _top_level_bindings(tree) - names.used
     names.call_mutated |= visitor.call_roots - visitor.assign_roots
     names.call_mutated -= {"get_ipython"}

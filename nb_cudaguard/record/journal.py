@@ -16,6 +16,7 @@ from typing import Any
 
 from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.record.cellnames import CellNames, analyse
+from nb_cudaguard.record.observe import Observed
 
 JOURNAL_FORMAT = 1
 SKIP_MARKER = "# cudaguard: skip"
@@ -43,12 +44,18 @@ class CellRecord:
     cell_id: str | None = None
     transformed: str | None = None
     cuda: bool = False  # it failed with a CUDA error: the failure a restart rebuilds for (replay.plan.failing_cell)
+    observed: Observed | None = None  # what the runtime saw it change (record.observe); None: not observed
     _names: CellNames | None = field(default=None, repr=False, compare=False)
 
     @property
     def names(self) -> CellNames:
+        """The source's names, with what the runtime observed in place of the source's guesses: an object the
+        runtime sees into changed only if it saw it change (whatever methods the cell called on it), and a module
+        an optimizer stepped changed though the cell never named it."""
         if self._names is None:
             self._names = analyse(self.transformed if self.transformed is not None else self.source)
+            if self.observed is not None:
+                self._names.observe(self.observed)
         return self._names
 
     @property
@@ -78,6 +85,7 @@ class CellRecord:
             "error": self.error,
             "cell_id": self.cell_id,
             "cuda": self.cuda,
+            "observed": self.observed.to_dict() if self.observed is not None else None,
         }
         if with_names:
             data["names"] = self.names.to_dict()
@@ -96,6 +104,7 @@ class CellRecord:
             error=data.get("error"),
             cell_id=data.get("cell_id"),
             cuda=bool(data.get("cuda", False)),
+            observed=Observed.from_dict(data["observed"]) if data.get("observed") else None,
         )
 
 

@@ -31,6 +31,7 @@ class ReplayOutcome:
     carried: list[str] = field(default_factory=list)
     carry_note: str | None = None
     missing: list[str] = field(default_factory=list)  # names the failing cell reads that no cell brought back
+    lost: list[str] = field(default_factory=list)  # names built before the failure that did not come back
     in_panel: bool = False  # a panel shows the outcome: nothing is printed at the next cell
 
     @property
@@ -42,7 +43,7 @@ class ReplayOutcome:
             return "failed"
         if self.plan.target is None:
             return "nothing"
-        return "incomplete" if self.missing else "recovered"
+        return "incomplete" if self.missing or self.lost else "recovered"
 
     def headline(self) -> str:
         """The outcome in one line a person would write, for the top of the panel. Never claims what it did not
@@ -61,13 +62,15 @@ class ReplayOutcome:
                 "loaded again after the failure), so nothing was replayed. Run the cells that build your state again."
             )
         target = self.plan.target.label if self.plan.target is not None else "the failing cell"
-        if state == "incomplete":
-            names = ", ".join(self.missing[:8]) + (
-                f" and {len(self.missing) - 8} more" if len(self.missing) > 8 else ""
-            )
+        if state == "incomplete" and self.missing:
             return (
-                f"Not recovered: {len(self.ran)} cell(s) replayed{carried}, but {target} reads {names}, which "
-                "no recorded cell defines. Run the cells that define them again."
+                f"Not recovered: {len(self.ran)} cell(s) replayed{carried}, but {target} reads "
+                f"{_few(self.missing)}, which no recorded cell defines. Run the cells that define them again."
+            )
+        if state == "incomplete":
+            return (
+                f"Partly recovered: {len(self.ran)} cell(s) replayed{carried}, but {_few(self.lost)} did not come "
+                f"back (bound by cells the restart did not run, and not carried). {target} does not read them."
             )
         return f"Recovered: {len(self.ran)} cell(s) replayed{carried} in {self.seconds:.1f} s. Fix {target} and run it."
 
@@ -82,8 +85,11 @@ class ReplayOutcome:
         parts = [
             f"nb_cudaguard: restarted ({how}, PID {self.pid})",
             f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
-            f"{1 if self.failed is not None else 0} failure(s)",
         ]
+        if self.lost:  # never "0 failure(s)" over names that did not come back
+            parts.append(f"{len(self.lost)} name(s) not rebuilt: {_few(self.lost)}")
+        if self.failed is not None or not self.lost:
+            parts.append(f"{1 if self.failed is not None else 0} failure(s)")
         if self.carry_note:
             parts.append(self.carry_note)
         if self.failed is not None:
@@ -108,9 +114,15 @@ class ReplayOutcome:
         if self.carried:
             lines.append("Carried across the restart: " + ", ".join(self.carried))
         lines.append("Names that exist now: " + (", ".join(self.names) if self.names else "(none)"))
+        if self.lost:
+            lines.append("Not rebuilt (they existed before the restart): " + ", ".join(self.lost))
         if self.children_ended:
             lines.append("Child processes ended before the restart: " + ", ".join(self.children_ended))
         if self.diagnosis:
             lines.append("Diagnosis (the failing cell under %%cudacheck):")
             lines += ["  " + line for line in self.diagnosis.splitlines()]
         return "\n".join(lines)
+
+
+def _few(names: list[str], shown: int = 8) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")

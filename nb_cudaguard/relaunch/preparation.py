@@ -44,6 +44,12 @@ def handoff_for(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions
     )
 
 
+def user_names(shell) -> list[str]:
+    """The user's names: what a restart must account for, and what the outcome lists as existing again."""
+    hidden = getattr(shell, "user_ns_hidden", {})
+    return sorted(n for n in shell.user_ns if not n.startswith("_") and n not in hidden and n not in ("In", "Out"))
+
+
 def announce(plan: ReplayPlan, how: str) -> str:
     if plan.steps:
         what = f"then replaying {len(plan.steps)} cell(s) ({plan.mode}, {plan.recorded_seconds:.1f} s as recorded)"

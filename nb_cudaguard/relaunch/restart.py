@@ -32,10 +32,17 @@ from nb_cudaguard.errors import NbCudaguardError
 from nb_cudaguard.relaunch import reexec
 from nb_cudaguard.relaunch.handoff_content import RestartOptions
 from nb_cudaguard.relaunch.kernel_restart import KernelRestart
-from nb_cudaguard.relaunch.preparation import LATE_BYTES, announce, discard_written, handoff_for, mark_restart_cell
+from nb_cudaguard.relaunch.preparation import (
+    LATE_BYTES,
+    announce,
+    discard_written,
+    handoff_for,
+    mark_restart_cell,
+    user_names,
+)
 from nb_cudaguard.relaunch.session_state import CudaGuardState
 from nb_cudaguard.replay import handoff
-from nb_cudaguard.replay.plan import MODES, ReplayPlan, build_plan
+from nb_cudaguard.replay.plan import MODES, ReplayPlan, account_names, build_plan
 
 
 class RestartError(NbCudaguardError, RuntimeError):
@@ -83,12 +90,14 @@ def restart(
     if guard.restarting:
         raise RestartError("nb_cudaguard: a restart is already under way.")
     plan = build_plan(guard.journal, replay, add=add, drop=drop, cells=list(cells) if cells is not None else None)
+    account_names(plan, guard.journal, user_names(shell))
     manifest = None
     if (guard.carry if carry is None else carry) and plan.steps and plan.target is not None:
         from nb_cudaguard.carry.files import prepare
 
         try:
-            plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells)
+            loose = _loose(guard, plan)
+            plan, manifest, carry_plan = prepare(shell, guard, plan, carry_names, no_carry, replay_cells, loose)
         except (OSError, NbCudaguardError) as exc:
             discard_written(handoff.binding_for(shell))
             raise RestartError(
@@ -107,6 +116,15 @@ def restart(
         kind = type(shell).__name__
         raise RestartError(f"nb_cudaguard cannot restart a {kind}: only ipykernel kernels and terminal IPython.")
     return plan
+
+
+def _loose(guard: CudaGuardState, plan: ReplayPlan) -> dict[str, int]:
+    """The names only the training cells the snapshot will replace bound (``snapshot.plan.only_bound_by``)."""
+    if not guard.snapshot:
+        return {}
+    from nb_cudaguard.snapshot.plan import only_bound_by
+
+    return only_bound_by(plan, guard.journal, guard.snapshots, user_names(guard.shell))
 
 
 def _snapshot_manifest(guard: CudaGuardState, plan: ReplayPlan):

@@ -25,7 +25,7 @@ from nb_cudaguard.relaunch import kernel_internals as internals
 from nb_cudaguard.relaunch.diagnose_after import describe
 from nb_cudaguard.relaunch.handoff_content import Handoff, HandoffContentError, pending_requests
 from nb_cudaguard.relaunch.outcome import ReplayOutcome
-from nb_cudaguard.relaunch.preparation import discard_written
+from nb_cudaguard.relaunch.preparation import discard_written, user_names
 from nb_cudaguard.relaunch.running import (
     OUTPUT_TAIL,
     KeptRequests,
@@ -316,12 +316,10 @@ class _Resume:
         note = self.restorer.conclude(self.outcome.plan, self.shell.user_ns) if self.restorer is not None else ""
         self.outcome.carry_note = "; ".join(n for n in (self.outcome.carry_note, note) if n) or None
         self.outcome.seconds = time.perf_counter() - started
-        self.outcome.names = sorted(
-            name
-            for name in self.shell.user_ns
-            if not name.startswith("_") and name not in self.shell.user_ns_hidden and name not in ("In", "Out")
-        )
+        self.outcome.names = user_names(self.shell)
         self.outcome.missing = self._missing()
+        present = self.outcome.names
+        self.outcome.lost = [name for name in self.outcome.plan.brings_back if name not in present]
         if self._should_diagnose():
             self.outcome.diagnosis = self._diagnose()
         self.outcome.done = True

@@ -63,6 +63,10 @@ class ReplayPlan:
     excluded: list[PlanStep] = field(default_factory=list)
     unresolved: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    # the user's names as the restart found them (``account_names``): those a cell of the plan builds, which must
+    # all exist again after the replay (or be said, in red), and those only cells it leaves out built (said before)
+    brings_back: list[str] = field(default_factory=list)
+    leaves_out: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> list[CellRecord]:
@@ -80,6 +84,8 @@ class ReplayPlan:
             "excluded": [step.to_dict() for step in self.excluded],
             "unresolved": sorted(self.unresolved),
             "notes": list(self.notes),
+            "brings_back": list(self.brings_back),
+            "leaves_out": list(self.leaves_out),
         }
 
     @classmethod
@@ -103,6 +109,8 @@ class ReplayPlan:
             excluded=steps(data.get("excluded", [])),
             unresolved=set(data.get("unresolved", [])),
             notes=list(data.get("notes", [])),
+            brings_back=[str(n) for n in data.get("brings_back", [])],
+            leaves_out=[str(n) for n in data.get("leaves_out", [])],
         )
 
     def to_text(self) -> str:
@@ -121,8 +129,31 @@ class ReplayPlan:
                 lines.append(f"Built by the failing cell alone (only running it again rebuilds them): {missing}")
             else:
                 lines.append(f"Read by the failing cell, but bound by no recorded cell: {missing}")
+        if self.leaves_out:
+            lines.append(
+                f"Not rebuilt by this plan (only cells it leaves out bound them): {_few(set(self.leaves_out))}"
+            )
         lines += self.notes
         return "\n".join(lines)
+
+
+def account_names(plan: ReplayPlan, journal: Journal, present: Iterable[str]) -> None:
+    """Sort the user's names that exist now by what the plan does for them: a name a successful cell before the
+    failing one built comes back if a cell of the plan builds it (``brings_back``), else the plan leaves it out
+    (``leaves_out``: the cells not needed, dropped or marked skip). Names only the failing cell or later ones built,
+    or no recorded cell, are in neither: they were not the state the failing cell ran on."""
+    kept = {step.record.seq for step in plan.steps}
+    target = plan.target.seq if plan.target is not None else None
+    writers: dict[str, set[int]] = {}
+    for record in journal:
+        if record.status == "ok" and (target is None or record.seq < target):
+            names = record.names
+            for name in names.defined | names.mutated:
+                writers.setdefault(name, set()).add(record.seq)
+    plan.brings_back, plan.leaves_out = [], []
+    for name in sorted(present):
+        if name in writers:
+            (plan.brings_back if writers[name] & kept else plan.leaves_out).append(name)
 
 
 def _row(step: PlanStep) -> str:

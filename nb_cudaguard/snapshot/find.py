@@ -18,7 +18,10 @@ import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nb_cudaguard.record.observe import Observed
 
 # How far into containers and plain objects the search goes, and how much it looks at in all: a cell's success path
 # pays for this walk whatever it did.
@@ -27,6 +30,7 @@ _CONTAINER_LIMIT = 256
 _NODE_LIMIT = 4000
 _SKIP_TYPES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 _SKIP_MODULES = ("numpy", "pandas", "IPython", "ipykernel", "matplotlib", "builtins", "nb_cudaguard")
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), range)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,26 @@ def kind_of(value: Any, torch: Any) -> str | None:
     if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
         return "tensor"
     return None
+
+
+def may_change_roots(observed: Observed, namespace: dict[str, Any]) -> bool:
+    """Whether a cell can have built, changed or dropped a root, from what the journal's observer saw it do: an
+    optimizer stepped, or a name it bound, changed, deleted or cannot see into holds anything but a plain value (a
+    number, a string, a CPU tensor), a module object, or a function or class that is not the user's own (a user's
+    function may bind globals the cell never names). A cell that can not is not followed by the walk."""
+    if observed.stepped or observed.deleted:
+        return True
+    torch = sys.modules.get("torch")
+    for name in observed.touched:
+        value = namespace.get(name)
+        if isinstance(value, (*_PLAIN, types.ModuleType)):
+            continue
+        if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "__main__") != "__main__":
+            continue
+        if torch is not None and isinstance(value, torch.Tensor) and not value.is_cuda:
+            continue
+        return True
+    return False
 
 
 def find_roots(namespace: dict[str, Any], hidden: Any = ()) -> list[Root]:

@@ -22,8 +22,8 @@ read is rebuilt too): if a rebuilt object does not match its snapshot, the cells
 
 from __future__ import annotations
 
-import ast
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nb_cudaguard.record.journal import CellRecord, Journal
@@ -101,6 +101,27 @@ def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> S
     return result
 
 
+def only_bound_by(plan: ReplayPlan, journal: Journal, snapshots: Snapshots, present: Iterable[str]) -> dict[str, int]:
+    """The user's names that only a cell the snapshot replaces bound, each with that cell: a training loop's last
+    batch, last loss, counters. The snapshot restores what the cell trained, not these, and no replayed cell binds
+    them again, so the restart carries them where it can (``carry.plan``) and says which it cannot."""
+    decided = snapshot_plan(plan, journal, snapshots)
+    if not decided.skips:
+        return {}
+    restored = {snapshots.effects[seq].tops[path] for seq, paths in decided.skips.items() for path in paths}
+    replayed = [step.record for step in plan.steps if step.record.seq not in decided.skips]
+    names = set(present)
+    found: dict[str, int] = {}
+    for seq in sorted(decided.skips):
+        record = journal.by_seq(seq)
+        if record is None:
+            continue
+        for name in sorted(record.names.defined & names - restored):
+            if not any(r.seq > seq and name in r.names.defined | r.names.mutated for r in replayed):
+                found[name] = seq
+    return found
+
+
 def snapshot_rows(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> dict[int, str]:
     """Per cell the snapshot replaces, its plan row's wording (the panel's rows, the restart's plan)."""
     decided = snapshot_plan(plan, journal, snapshots)
@@ -173,25 +194,9 @@ def _reads_after(steps: list[CellRecord], target: CellRecord) -> dict[int, set[s
 
 def _read_before_bound(record: CellRecord) -> set[str]:
     """The names a cell reads or changes before it binds them itself: ``loss = f(x); loss.backward()`` does not
-    need an earlier ``loss``. Statement by statement at top level; a cell that does not parse reads all it uses."""
+    need an earlier ``loss``, nor a loop's ``out = model(xb)`` an earlier ``out`` (``record.cellorder``)."""
     names = record.names
-    everything = names.used | names.mutated
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        source = record.transformed or TransformerManager().transform_cell(record.source)
-        body = ast.parse(source).body
-    except (SyntaxError, ValueError):
-        return everything
-    bound: set[str] = set()
-    reads: set[str] = set()
-    for statement in body:
-        loaded = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        reads |= loaded - bound
-        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            bound |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return reads & everything | (names.mutated - bound)
+    return names.used | (names.mutated - names.defined)
 
 
 def _built_at(snapshots: Snapshots, path: str, ident: int) -> int | None:

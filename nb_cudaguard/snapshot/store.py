@@ -20,7 +20,6 @@ becomes the snapshot: the restart uses the last confirmed one.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from nb_cudaguard.carry.place import memory_available
 from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.snapshot.copy import Copier, Copies, NotSnapshotable, RootState, rng_states
-from nb_cudaguard.snapshot.find import Root, find_roots, fingerprint, tensors_of
+from nb_cudaguard.snapshot.find import Root, find_roots, fingerprint, may_change_roots, tensors_of
 
 # The copy's expected cost before one has been measured: pinned device-to-host copies reach 10-25 GB/s, a host
 # memcpy more, so 2 GB/s is on the safe (slow) side; and a fixed cost per tensor (the call, the allocation), which
@@ -71,7 +70,7 @@ class Snapshot:
 class Snapshots:
     """The session's snapshotter; the extension calls ``before_cell`` and ``after_cell`` around every cell."""
 
-    def __init__(self) -> None:
+    def __init__(self, steps: dict[int, int] | None = None) -> None:
         self.copier = Copier()
         self.effects: dict[int, CellEffect] = {}
         self.confirmed: Snapshot | None = None
@@ -84,21 +83,11 @@ class Snapshots:
         self._per_tensor = _FIRST_GUESS_SECONDS_PER_TENSOR
         self.hook_seconds = 0.0  # all the success path spent here, for the status line and the benchmark
         self.cells_seconds = 0.0
-        # optimizer steps per optimizer (by id), counted by torch's global step hook: a step changes parameters
-        # in place, which version counters tell too on a GPU, but not for ``_foreach_*`` ops run under a Python
-        # dispatch mode (the simulated GPU), where the CPU kernels' inner ops skip the version bump
-        self.steps: dict[int, int] = {}
-        self._step_hook: Any = None
-
-    def _count_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        key = id(optimizer)
-        self.steps[key] = self.steps.get(key, 0) + 1
-
-    def close(self) -> None:
-        """Stop counting optimizer steps (the extension is unloaded)."""
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
+        # optimizer steps per optimizer (by id), counted by the journal's observer (``record.observe``) from torch's
+        # global step hook: a step changes parameters in place, which version counters tell too on a GPU, but not
+        # for ``_foreach_*`` ops run under a Python dispatch mode (the simulated GPU), where the CPU kernels' inner
+        # ops skip the version bump
+        self.steps = steps if steps is not None else {}
 
     # --- the hooks
     def before_cell(self) -> None:
@@ -135,10 +124,9 @@ class Snapshots:
     def after_cell(self, record: CellRecord, namespace: dict, hidden: Any, max_bytes: int, max_fraction: float) -> None:
         begun = time.perf_counter()
         self.cells_seconds += record.duration
-        if self._step_hook is None and "torch" in sys.modules:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._step_hook = register_optimizer_step_post_hook(self._count_step)
+        if record.observed is not None and not may_change_roots(record.observed, namespace):
+            self.hook_seconds += time.perf_counter() - begun
+            return  # the walk below costs what the namespace holds: only after a cell that can have changed it
         roots = find_roots(namespace, hidden)
         effect = self._effect(roots)
         if effect.constructed or effect.trained:
