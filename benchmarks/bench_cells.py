@@ -83,9 +83,10 @@ def main() -> None:
                     times[name].append(round_trip(session, f"x = {n} + 1"))
             done += args.block
         checks = guarded.run(
-            "print(len(_calls), torch.cuda.is_initialized(), len(get_ipython()._nb_cudaguard.journal))"
+            "print(len(_calls), torch.cuda.is_initialized(), len(get_ipython()._nb_cudaguard.journal),"
+            " get_ipython()._nb_cudaguard.snapshots.hook_seconds)"
         )
-    probe_calls, cuda_initialised, journal = checks.stdout.split()
+    probe_calls, cuda_initialised, journal, hook_seconds = checks.stdout.split()
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.fmean(v) for k, v in times.items()}
     print(f"cells per kernel: {args.cells} (blocks of {args.block}, interleaved), namespace: {args.namespace}")
@@ -95,6 +96,7 @@ def main() -> None:
     print(f"ratio (mean):   {mean['nb_cudaguard'] / mean['plain']:.3f}")
     print(f"extra per cell (median): {(med['nb_cudaguard'] - med['plain']) * 1e3:+.3f} ms")
     print(f"success path: probe calls {probe_calls}, torch.cuda.is_initialized() {cuda_initialised}, journal {journal}")
+    print(f"snapshot hook, in the kernel: {float(hook_seconds) / int(journal) * 1e6:.1f} us per cell on average")
 
 
 if __name__ == "__main__":
