@@ -80,7 +80,9 @@ class Runtime:
     ) -> None:
         self.table, self.poisoned, self.fail, self.error = table, poisoned, fail, error
         self.peak = 0
-        self.default = Stream(self, _default=True)
+        # torch.cuda.Stream and .Event as classes of this runtime: the current and default streams are instances
+        self.stream_class, self.event_class = _bound_stream(self), _bound_event(self)
+        self.default: Stream = self.stream_class(_default=True)
         self.current = self.default
 
     def check(self) -> None:
@@ -277,9 +279,32 @@ def table_for(runtime: Runtime) -> dict[str, Any]:
         "current_stream": runtime.current_stream,
         "default_stream": runtime.default_stream,
         "set_stream": runtime.set_stream,
-        "Stream": lambda device=None, priority=0, **_: Stream(runtime, device, priority),
-        "Event": lambda enable_timing=False, blocking=False, **_: Event(runtime, enable_timing, blocking),
+        "Stream": runtime.stream_class,
+        "Event": runtime.event_class,
     }
+
+
+def _bound_stream(runtime: Runtime) -> type[Stream]:
+    """``torch.cuda.Stream`` as a class (libraries annotate with it, ``torch.cuda.Stream | None``, and test
+    ``isinstance``), whose streams belong to ``runtime``."""
+
+    class CudaStream(Stream):
+        def __init__(self, device: object = None, priority: int = 0, _default: bool = False, **_: Any) -> None:
+            super().__init__(runtime, device, priority, _default)
+
+    CudaStream.__name__ = CudaStream.__qualname__ = "Stream"
+    return CudaStream
+
+
+def _bound_event(runtime: Runtime) -> type[Event]:
+    """``torch.cuda.Event`` as a class, whose events belong to ``runtime``."""
+
+    class CudaEvent(Event):
+        def __init__(self, enable_timing: bool = False, blocking: bool = False, **_: Any) -> None:
+            super().__init__(runtime, enable_timing, blocking)
+
+    CudaEvent.__name__ = CudaEvent.__qualname__ = "Event"
+    return CudaEvent
 
 
 def patch(runtime: Runtime) -> dict[str, Any]:

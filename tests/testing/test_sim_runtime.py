@@ -166,3 +166,16 @@ def test_ipython_shows_the_error_without_the_simulations_frames(shell, capsys):
     # an error CUDA raises on the host (a host op) passes through the simulation too: shown the same way
     shell.run_cell("torch.zeros(2, device='cuda') + torch.zeros(3, device='cuda')", store_history=True)
     assert "nb_cudaguard/testing" not in _ANSI.sub("", capsys.readouterr().out)
+
+
+def test_stream_and_event_are_classes_as_libraries_use_them(shell):
+    """transformers annotates ``-> torch.cuda.Stream | None`` at import time and tests ``isinstance``: a function
+    in their place broke ``import transformers``'s generation modules under the simulation."""
+    import torch
+
+    shell.run_line_magic("cudaguard", "simulate on")
+    assert (torch.cuda.Stream | None) is not None
+    assert isinstance(torch.cuda.current_stream(), torch.cuda.Stream)
+    assert isinstance(torch.cuda.Stream(), torch.cuda.Stream) and isinstance(torch.cuda.Event(), torch.cuda.Event)
+    with torch.cuda.stream(torch.cuda.Stream()) as _:
+        assert torch.cuda.current_stream() is not torch.cuda.default_stream()
