@@ -21,14 +21,16 @@ def root_name(node: ast.AST) -> str | None:
 
 
 def bound_in(node: ast.AST) -> set[str]:
-    """Names a function or comprehension binds locally (parameters, assignments), to subtract from its reads."""
+    """Names a function, class or comprehension binds locally (parameters, assignments), to subtract from its
+    reads. The parameters of the functions inside count too: a class's ``def forward(self, ids)`` reads no global
+    ``self`` or ``ids``."""
     bound: set[str] = set()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        args = node.args
-        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
-            if arg is not None:
-                bound.add(arg.arg)
     for child in ast.walk(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = child.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if arg is not None:
+                    bound.add(arg.arg)
         if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
             bound.add(child.id)
         elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child is not node:

@@ -184,3 +184,17 @@ def test_dry_run_in_a_real_shell(tmp_path):
         assert "(all," in out.stdout and "dropped by you" in out.stdout
     finally:
         nb_cudaguard.unload_ipython_extension(shell)
+
+
+def test_a_class_reads_no_global_from_its_methods_parameters():
+    """``def forward(self, ids)`` inside a class binds ``self`` and ``ids`` for that method: no global read of them,
+    so a plan does not say the failing cell reads names "bound by no recorded cell"."""
+    from nb_cudaguard.record.cellnames import analyse
+
+    names = analyse(
+        "class Net(nn.Module):\n"
+        "    def __init__(self, dim):\n        super().__init__()\n        self.head = nn.Linear(dim, 2)\n"
+        "    def forward(self, ids):\n        return self.head(ids)\n"
+        "model = Net(vocab_size)"
+    )
+    assert names.used == {"nn", "vocab_size"}, names.used
