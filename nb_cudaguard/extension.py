@@ -308,6 +308,8 @@ class CudaGuard(Configurable):
         from nb_cudaguard.panel.rerun import FiredCell
 
         self.last_fired = FiredCell(record, error)
+        if record.observed is not None:  # what it changed, seen: the buttons and %cudaguard rerun act on it all
+            error.changed_names = self.last_fired.corrupted(self.shell.user_ns)
         if self.panel:
             from nb_cudaguard.panel.fired import show_choices
 

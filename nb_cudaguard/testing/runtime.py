@@ -284,7 +284,7 @@ def table_for(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def _bound_stream(runtime: Runtime) -> type[Stream]:
+def _bound_stream(runtime: Runtime) -> Callable[..., Stream]:
     """``torch.cuda.Stream`` as a class (libraries annotate with it, ``torch.cuda.Stream | None``, and test
     ``isinstance``), whose streams belong to ``runtime``."""
 
@@ -296,7 +296,7 @@ def _bound_stream(runtime: Runtime) -> type[Stream]:
     return CudaStream
 
 
-def _bound_event(runtime: Runtime) -> type[Event]:
+def _bound_event(runtime: Runtime) -> Callable[..., Event]:
     """``torch.cuda.Event`` as a class, whose events belong to ``runtime``."""
 
     class CudaEvent(Event):
