@@ -16,8 +16,8 @@ from traitlets import Bool, Enum, Float, Int, observe
 from traitlets.config import Configurable
 
 from nb_cudaguard.check.magics import EveryCell
+from nb_cudaguard.diagnosis.reported import reported
 from nb_cudaguard.errors import CudaCheckError
-from nb_cudaguard.incident.catalog import host_side_family
 from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.incident.usercode import cell_filenames, note_cell
 from nb_cudaguard.record.capture import OutputCapture
@@ -294,7 +294,9 @@ class CudaGuard(Configurable):
             record.cuda = incident.is_cuda  # the failure a restart rebuilds for (replay.plan.failing_cell)
             if incident.classification == "poisoned":
                 self.poisoned_by = report
-        if _is_incident(report):  # a typo is no incident: it neither replaces the report nor gets one
+        if reported(
+            report.incident, report.diagnosis
+        ):  # a typo is no incident: it neither replaces the report nor gets one
             self.incidents = [*self.incidents[-9:], incident]
             self.last_report = report
         if self._should_show(report):
@@ -333,7 +335,7 @@ class CudaGuard(Configurable):
             return self.show_report == "always"
         if isinstance(report.incident.exception, CudaCheckError):
             return False  # its message is already the whole explanation; %cudaguard report still has it
-        return _is_incident(report)
+        return reported(report.incident, report.diagnosis)
 
     def show(self, report: Report) -> None:
         from IPython.display import display
@@ -382,16 +384,6 @@ class CudaGuard(Configurable):
         modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
         problems = "; ".join(self.capture.problems)
         return modes + (f" ({problems})" if problems else "")
-
-
-def _is_incident(report: Report) -> bool:
-    """What nb_cudaguard reports on: a CUDA failure (a CUDA error text, a device assertion, the sticky error, out of
-    memory), a check's error, or a tensor-index error the catalog knows (the CPU form of the same bad input). Any
-    other error is IPython's alone, whatever the probe says."""
-    incident = report.incident
-    if incident.is_cuda or isinstance(incident.exception, CudaCheckError):
-        return True
-    return host_side_family(f"{incident.exc_type}: {incident.message}") is not None
 
 
 def _simulating() -> bool:
