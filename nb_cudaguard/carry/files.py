@@ -12,6 +12,7 @@ If any value cannot be loaded, none is used and the replay goes on with the plan
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -25,10 +26,10 @@ from nb_cudaguard.carry.manifest import CarriedBuffers, CarriedFile, CarryManife
 from nb_cudaguard.carry.plan import CarryPlan, build_carry_plan, size_text
 from nb_cudaguard.carry.value import Measure, NotCarriable, loads
 from nb_cudaguard.carry.verified import map_verified, read_verified
-from nb_cudaguard.replay import handoff
+from nb_cudaguard.replay import handoff, writer
 from nb_cudaguard.replay.plan import ReplayPlan
 
-OWNER = "owner.pid"
+OWNER = "owner.pid"  # the writer's mark (``replay.writer.mark``), JSON; a bare PID before the mark had more
 
 
 def discard_all(binding: handoff.Binding) -> None:
@@ -48,27 +49,51 @@ def remove_stale_carries() -> list[str]:
     return remove_stale_owned("carry-", "values carried by a kernel that ended")
 
 
-def mark_owner(directory: Path) -> None:
-    """Who may still come back for what ``directory`` holds (``remove_stale_owned``)."""
-    (directory / OWNER).write_text(str(os.getpid()))
+def mark_owner(directory: Path, same_process: bool = True) -> None:
+    """Who may still come back for what ``directory`` holds (``remove_stale_owned``): this process after its exec,
+    or, once the restart takes the exit path (``same_process=False``), the next process of the kernel. Replaced
+    whole, so that it is never read half-written."""
+    temporary = directory / f"{OWNER}.{os.getpid()}"
+    temporary.write_text(json.dumps(writer.mark(same_process)))
+    os.replace(temporary, directory / OWNER)
 
 
 def remove_stale_owned(prefix: str, what: str) -> list[str]:
-    """Remove the directories named ``prefix*`` under every carry root whose owning process has ended and that are
-    older than a handoff may be; one note per directory removed."""
+    """Remove the directories named ``prefix*`` under every carry root that no process can take any more
+    (``writer.left_behind``: at once where its writer was to be exec'd and has ended, after ``MAX_AGE`` where the
+    kernel's next process was to take it); one note per directory removed. A directory without a readable mark
+    (its writer ended between creating and marking it) goes once it is older than a handoff may be."""
     notes = []
     for root in carry_place.roots():
         for directory in root.glob(f"{prefix}*"):
             try:
-                owner = int((directory / OWNER).read_text())
-                if owner != os.getpid() and time.time() - directory.stat().st_mtime > handoff.MAX_AGE:
-                    os.kill(owner, 0)
-            except ProcessLookupError:
-                shutil.rmtree(directory, ignore_errors=True)
-                notes.append(f"nb_cudaguard: removed {directory}, {what}.")
-            except (OSError, ValueError):
+                if directory.is_symlink() or not directory.is_dir():
+                    continue
+                mark, age = _owner(directory)
+                if not (writer.left_behind(mark, age) if mark else age > handoff.MAX_AGE):
+                    continue
+            except OSError:
                 continue
+            shutil.rmtree(directory, ignore_errors=True)
+            notes.append(f"nb_cudaguard: removed {directory}, {what}.")
     return notes
+
+
+def _owner(directory: Path) -> tuple[dict | None, float]:
+    """The writer's mark of ``directory`` and its age; a bare PID (the mark before boots were written) counts as
+    this boot's, for the next process."""
+    try:
+        path = directory / OWNER
+        text, age = path.read_text(), time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return None, time.time() - directory.stat().st_mtime
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        return None, age
+    if isinstance(mark, int):
+        return {"pid": mark, "boot": writer.boot_id(), "same_process": False}, age
+    return (mark if isinstance(mark, dict) else None), age
 
 
 def plan_for(shell, guard, base: ReplayPlan, directory: Path | None = None, **choices) -> CarryPlan:

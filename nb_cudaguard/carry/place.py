@@ -25,11 +25,17 @@ _RESERVE_BYTES = 1 << 30
 
 
 def roots() -> list[Path]:
-    """Every directory a carry may be under (those that do not exist left out), for cleaning up."""
+    """Every directory a carry may be under, for cleaning up: those that exist and are private directories of this
+    user. One that another user made at our name (``/dev/shm`` is open to all) is never looked into: nothing was
+    written there (``choose_root`` refuses it too), and reading it fails with a permission error."""
     found = []
     for candidate in (_private_or_none(), _shm_dir(), _cache_dir()):
-        if candidate is not None and candidate.is_dir() and candidate not in found:
-            found.append(candidate)
+        if candidate is None or candidate in found:
+            continue
+        try:
+            found.append(handoff.private_under(candidate, create=False))
+        except (OSError, handoff.HandoffError):
+            continue
     return found
 
 

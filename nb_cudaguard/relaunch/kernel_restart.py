@@ -183,7 +183,6 @@ class KernelRestart:
         """Nothing is closed yet: run the kept requests here after all, in order, and carry on in this process."""
         from nb_cudaguard.relaunch.resume import show_at_next_cell
 
-        discard_written(self.binding)
         self.guard.restarting = False
         failure = (
             f"nb_cudaguard: the restart did not start ({type(exc).__name__}: {exc}); this kernel goes on as it was."
@@ -196,6 +195,16 @@ class KernelRestart:
         while self.pending:  # not through the capture, which still keeps whatever arrives meanwhile
             await internals.dispatch_raw(self.kernel, self.pending.pop(0), unpatched=True)
         internals.release_requests(self.kernel, self._queue)
+        discard_written(self.binding)  # last: whatever it meets, the cell has said why and the requests have run
+
+    def _hand_over_written(self) -> None:
+        """What was written for this process after its exec is now for the kernel's next process: marked so, a later
+        start of the extension elsewhere keeps it while that process may still come (``carry.files.mark_owner``)."""
+        from nb_cudaguard.carry.files import mark_owner
+
+        for manifest in (self.options.carry, self.options.snapshot):
+            if manifest is not None:
+                mark_owner(Path(manifest.directory), same_process=False)
 
     def _exit_for_autorestart(self, exc: BaseException, stage: str) -> None:
         """The exec did not happen: exit, and let the kernel manager's auto-restart bring the kernel back. The
@@ -207,6 +216,7 @@ class KernelRestart:
             if not written_for_exit:
                 self._write(self.children)
             write_startup_file(self.shell, self.binding.slug)
+            self._hand_over_written()
         finally:
             message = (
                 f"nb_cudaguard: the in-place restart stopped at '{stage}' ({type(exc).__name__}: {exc}); "

@@ -176,7 +176,8 @@ def _restart_terminal(guard: CudaGuardState, plan: ReplayPlan, options: RestartO
     try:
         reexec.exec_self(reexec.exec_argv())
     except OSError as exc:
-        path.unlink(missing_ok=True)
+        handoff.remove(path)
+        discard_written(binding)
         os.environ.pop(handoff.ENV_PATH, None)
         guard.register()
         raise RestartError(f"nb_cudaguard: the exec failed ({exc}); this IPython keeps running unchanged.") from exc

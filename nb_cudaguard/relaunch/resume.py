@@ -136,7 +136,7 @@ def _remove_what_dead_kernels_left(shell, binding: handoff.Binding) -> None:
     notes = remove_stale_carries() + snapshot_files.remove_stale()
     for where in (lambda: handoff.handoff_dir(binding, create=False), lambda: handoff.private_dir(create=False)):
         try:
-            notes += handoff.remove_stale(where())
+            notes += handoff.remove_stale(where(), binding)
         except (OSError, handoff.HandoffError):  # not there (nothing to clean), or not ours (never touched)
             continue
     for note in notes:

@@ -16,7 +16,8 @@ is in it (the plan's cells, the pending requests), so the file is treated like c
 * it is valid only for the process it was written for (the same PID after an exec; after the exit fallback, a new
   process once the writer has ended), on the same boot, for ``MAX_AGE`` seconds;
 * it is read once: the new process consumes (deletes) it, so a later start never replays it again, and a handoff
-  that is refused is deleted too (with the values carried beside it), never moved aside or left behind;
+  that is refused is deleted too (with the values carried beside it), never moved aside or left behind; a side
+  file beside it names its writer and the requests it keeps, for a handoff that cannot be parsed (``_write_kept``);
 * its space can be reserved ahead (``reserve``): the in-place restart writes it only after it has closed its
   channels, when a failed write can no longer be called off (the kernel would have to exit, its kept requests
   unanswered). So the space is preallocated while the restart can still be called off, and the write then fills
@@ -40,9 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nb_cudaguard.errors import NbCudaguardError
+from nb_cudaguard.replay import writer
+from nb_cudaguard.replay.writer import MAX_AGE, boot_id
 
 FORMAT = 2
-MAX_AGE = 300.0  # seconds: an exec takes about one; a kernel manager's restart a few
+KEPT = ".kept"  # the side file beside a handoff: its writer and the requests it keeps, unsigned (``_write_kept``)
 ENV_PATH = "NB_CUDAGUARD_HANDOFF"
 ENV_SECRET = "NB_CUDAGUARD_SECRET"
 _MAX_BYTES = 512 * 1024 * 1024
@@ -138,14 +141,6 @@ def path_for(binding: Binding, create: bool = True) -> Path:
     return handoff_dir(binding, create) / f"handoff-{binding.slug}.json"
 
 
-def boot_id() -> str:
-    """This boot of the machine (a handoff from before a reboot is never valid); empty where Linux does not say."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
 def _mac(key: bytes, body: str) -> str:
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
@@ -207,6 +202,7 @@ def write(binding: Binding, payload: dict, reserved: Reservation | None = None) 
     into that space: a disk that filled since cannot fail it as long as it is no larger than the reservation."""
     document = _document(binding, payload)
     target = path_for(binding)
+    _write_kept(target, payload)
     if reserved is None:
         temporary, fd = _temporary(target)
     else:
@@ -219,8 +215,46 @@ def write(binding: Binding, payload: dict, reserved: Reservation | None = None) 
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
+        _kept_path(target).unlink(missing_ok=True)
         raise
     return target
+
+
+def _kept_path(path: Path) -> Path:
+    return path.with_name(path.name + KEPT)
+
+
+def _write_kept(target: Path, payload: dict) -> None:
+    """The side file, unsigned: the writer's mark (``writer.mark``) and the requests the handoff keeps (each signed
+    by its own client). A handoff that cannot be parsed (cut short, overwritten) still says through it which requests
+    wait for a reply, and a later start whose writer it was. Best effort, written before the handoff: the handoff's
+    own write, into its reserved space, must not fail for it."""
+    side = {"written": time.time(), **writer.mark(payload.get("how") == "exec"), "pending": payload.get("pending", [])}
+    temporary = None
+    try:
+        temporary, fd = _temporary(_kept_path(target))
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(json.dumps(side).encode())
+        os.replace(temporary, _kept_path(target))
+    except OSError:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+
+
+def remove(path: Path) -> None:
+    """Delete a handoff and its side file."""
+    path.unlink(missing_ok=True)
+    _kept_path(path).unlink(missing_ok=True)
+
+
+def _read_kept(path: Path) -> dict | None:
+    try:
+        fd = os.open(_kept_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            data = json.loads(handle.read(_MAX_BYTES)) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def pending(binding: Binding) -> Path | None:
@@ -233,7 +267,7 @@ def pending(binding: Binding) -> Path | None:
 
 
 def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffError:
-    path.unlink(missing_ok=True)
+    remove(path)
     message = f"nb_cudaguard: refused the restart handoff {path}: {reason}; nothing in it was run, and it was removed."
     return HandoffError(message, document)
 
@@ -241,7 +275,9 @@ def _refuse(path: Path, reason: str, document: dict | None = None) -> HandoffErr
 def _unverified(path: Path) -> dict | None:
     """What a refused handoff says, unverified, where it can be read at all: only its kept requests are ever used,
     and each of those is signed by its own client with the kernel's key (checked one by one before it is answered
-    with an error, never run), so a refused file still gets every genuine request it holds a reply."""
+    with an error, never run), so a refused file still gets every genuine request it holds a reply. A file that is
+    no handoff's JSON at all (cut short, overwritten) has them in its side file, used when that says the handoff was
+    for this process (those of a process that is gone are not answered here, as for a genuine handoff)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
@@ -249,8 +285,13 @@ def _unverified(path: Path) -> dict | None:
                 return None
             data = json.loads(json.loads(handle.read(_MAX_BYTES))["body"])
     except (OSError, ValueError, KeyError, TypeError):
+        data = None
+    if isinstance(data, dict):
+        return data
+    kept = _read_kept(path)
+    if kept is None or _not_for_this_process(kept) is not None:
         return None
-    return data if isinstance(data, dict) else None
+    return {"payload": {"pending": kept.get("pending", [])}}
 
 
 def _not_for_this_process(data: dict) -> str | None:
@@ -260,22 +301,12 @@ def _not_for_this_process(data: dict) -> str | None:
         return "it was written before the machine restarted"
     if not 0 <= age <= MAX_AGE:
         return f"it is {age:.0f} s old (a restart takes seconds; the process it was written for never came back)"
-    writer = int(data.get("pid", -1))
-    if data.get("same_process") and writer != os.getpid():
-        return f"it was written for process {writer}, which was ended before it could restart"
-    if not data.get("same_process") and _alive(writer) and writer != os.getpid():
-        return f"the process that wrote it ({writer}) is still running"
+    pid = int(data.get("pid", -1))
+    if data.get("same_process") and pid != os.getpid():
+        return f"it was written for process {pid}, which was ended before it could restart"
+    if not data.get("same_process") and writer.alive(pid) and pid != os.getpid():
+        return f"the process that wrote it ({pid}) is still running"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid > 0
 
 
 def consume(binding: Binding, path: Path | None = None) -> dict:
@@ -285,7 +316,7 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         document = _unverified(path)
-        path.unlink(missing_ok=True)
+        remove(path)
         raise HandoffError(
             f"nb_cudaguard: cannot open the restart handoff {path} ({exc}); nothing was run, and it was removed.",
             document,
@@ -318,28 +349,46 @@ def consume(binding: Binding, path: Path | None = None) -> dict:
     stale = _not_for_this_process(data)
     if stale is not None:
         raise _refuse(path, stale)  # its requests were sent to a process that is gone: none is answered here
-    path.unlink(missing_ok=True)
+    remove(path)
     return data["payload"]
 
 
-def remove_stale(directory: Path) -> list[str]:
-    """Delete what dead kernels left in ``directory`` (one of our own private directories): handoffs whose writer
-    has ended and that are older than ``MAX_AGE`` (their signature is not checked: they are only deleted, never
-    read further), and temporary files (half-written, or space reserved for a handoff) of ended processes, at
-    once: only their writer could have finished them. Returns one note per file removed."""
+def remove_stale(directory: Path, own: Binding) -> list[str]:
+    """Delete what dead kernels left in ``directory`` (one of our own private directories): handoffs and their side
+    files that no process can take any more (``writer.left_behind``: at once where the writer was to be exec'd and
+    has ended; after ``MAX_AGE`` where the next process was to take it), judged by the side file's mark or the body's
+    (the signature is not checked: they are only deleted, never read further), and temporary files (half-written,
+    or space reserved for a handoff) of ended processes, at once: only their writer could have finished them.
+    The handoff of this process's ``own`` kernel is left to ``consume``, which says why it refuses it. Returns one
+    note per file removed."""
     notes = []
     for path in directory.glob("*handoff-*.json*"):
         try:
-            if path.is_symlink() or not path.is_file():
+            if path.is_symlink() or not path.is_file() or path.name.startswith(f"handoff-{own.slug}."):
                 continue
             if path.name.startswith("."):
-                writer, keep_for = int(path.name.rsplit(".", 2)[-2]), 0.0
-            else:
-                body = json.loads(json.loads(path.read_text())["body"])
-                writer, keep_for = int(body.get("pid", -1)), MAX_AGE
-            if time.time() - path.stat().st_mtime >= keep_for and not _alive(writer):
+                if writer.alive(int(path.name.rsplit(".", 2)[-2])):
+                    continue
                 path.unlink()
-                notes.append(f"nb_cudaguard: removed {path.name}, left by a kernel that ended during a restart.")
+            else:
+                handoff = path.with_name(path.name.removesuffix(KEPT))
+                if path.name.endswith(KEPT) and handoff.exists():
+                    continue  # judged with its handoff
+                mark = _read_kept(handoff) or _unverified_mark(handoff)
+                age = time.time() - path.stat().st_mtime
+                if not (writer.left_behind(mark, age) if mark else age >= MAX_AGE):
+                    continue
+                remove(handoff)
+            notes.append(f"nb_cudaguard: removed {path.name}, left by a kernel that ended during a restart.")
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             continue
     return notes
+
+
+def _unverified_mark(path: Path) -> dict | None:
+    """The writer's mark in a handoff's body (one without its side file); None where it cannot be parsed."""
+    try:
+        body = json.loads(json.loads(path.read_text())["body"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {key: body.get(key) for key in ("pid", "boot", "same_process")} if isinstance(body, dict) else None

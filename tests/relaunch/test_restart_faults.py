@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from pathlib import Path
@@ -127,6 +128,71 @@ def test_a_symlink_left_at_the_carry_path_does_not_stop_later_restarts(kernel, t
     assert not os.path.lexists(planted)
 
 
+# What a kernel's restart may leave, by its slug: its handoff (and side file, hidden files too) beside its
+# connection file, its carried values and snapshot under every carry root (/dev/shm where the budget fits in memory).
+LEFT_BY = """
+import glob, nb_cudaguard.replay.handoff as h, nb_cudaguard.carry.place as p
+b = h.binding_for(get_ipython())
+where = [str(h.handoff_dir(b) / f'*handoff-{b.slug}*')] + [str(r / f'*-{b.slug}') for r in p.roots()]
+"""
+
+
+def _left(patterns: list[str]) -> list[str]:
+    return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
+def test_a_kernel_killed_in_the_exec_window_leaves_nothing_once_another_kernel_starts(kernel):
+    """The handoff and the carried values are marked with their writer (PID, boot, meant for the same process):
+    once that process has ended, no process can take them, and the next start of the extension in any kernel of
+    the user removes them at once (before, a kernel that no one restarted left its values in /dev/shm until the
+    machine rebooted: a new kernel kept them for five minutes and then, its PID gone, still looked only at the
+    directory's age)."""
+    run_ok(kernel, "import time\nimport numpy as np")
+    run_ok(kernel, "time.sleep(1.0)\nvalues = np.ones(2_000_000)")  # 16 MB, slow to rebuild: carried
+    assert kernel.run("values[0] + missing_name").status == "error"
+    run_ok(kernel, LEFT_BY)
+    patterns = value(kernel, "where")
+    run_ok(kernel, _die_at("exec_self", Path()))
+    kernel.kc.execute("%cudaguard restart")
+    deadline = time.monotonic() + 60
+    while kernel.km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kernel.km.is_alive(), "the kernel was to die in the exec window"
+    left = _left(patterns)
+    assert any("handoff-" in path for path in left) and any("carry-" in path for path in left), left
+    with KernelSession(extra_env=ENV) as other:  # another kernel of the same user, later
+        said = run_ok(other, "%load_ext nb_cudaguard")
+        assert _left(patterns) == [], said.stdout
+        assert value(other, "1 + 1") == 2
+
+
+def test_the_exit_path_finds_its_carried_values_though_another_kernel_started_meanwhile(tmp_path):
+    """After the exit fallback the writer has ended on purpose: what it wrote is for the kernel's next process, and
+    a start of the extension elsewhere in between keeps it."""
+    env = {**ENV, "IPYTHONDIR": str(tmp_path)}  # the startup file goes into this profile only
+    with KernelSession(extra_env=env) as kernel:
+        run_ok(kernel, "%load_ext nb_cudaguard")
+        run_ok(kernel, "import time\nimport numpy as np")
+        run_ok(kernel, "time.sleep(1.0)\nvalues = np.arange(100_000)")  # carried
+        assert kernel.run("values[0] + missing_name").status == "error"
+        run_ok(kernel, LEFT_BY)
+        patterns = value(kernel, "where")
+        first_pid = kernel.pid
+        kernel.kc.execute("import nb_cudaguard\nnb_cudaguard.restart(method='exit')")
+        deadline = time.monotonic() + 60
+        while kernel.km.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any("carry-" in path for path in _left(patterns)), _left(patterns)
+        with KernelSession(extra_env=ENV) as other:
+            run_ok(other, "%load_ext nb_cudaguard")
+        assert any("carry-" in path for path in _left(patterns)), "another kernel removed a restart in flight"
+        _restart_by_manager(kernel, first_pid)  # the startup file loads nb_cudaguard, which replays
+        said = run_ok(kernel, "print(int(values.sum()))")
+        assert said.stdout.strip().splitlines()[-1] == "4999950000", said.stdout
+        assert "exit and auto-restart" in said.stdout and "carried 1 value(s)" in said.stdout, said.stdout
+        assert _left(patterns) == []
+
+
 def _restart_by_manager(kernel, first_pid: int) -> None:
     deadline = time.monotonic() + 60
     while kernel.km.is_alive() and time.monotonic() < deadline:
@@ -170,6 +236,8 @@ SPOIL = {
     "group-readable": "os.chmod(path, 0o640)",
     "symlink": "real = pathlib.Path({elsewhere!r}); shutil.move(path, real); os.symlink(real, path)",
     "changed": "path.write_text(path.read_text().replace('marker', 'MARKER'))",
+    "cut short": "path.write_bytes(path.read_bytes()[:100])",  # no handoff's JSON: its side file says what it kept
+    "overwritten": "path.write_text('{{}}')",
 }
 
 
