@@ -145,10 +145,11 @@ def prepare(
         values=tuple(_entry(plan.measures[name]) for name in plan.written),
         total_bytes=sum(plan.measures[name].bytes for name in plan.written),
         base_plan=base.to_dict(),
-        # taken in before the first cell skipped: a loose value before its training cell, so that if the snapshot
-        # does not fit the rebuilt objects and that cell runs after all, what it binds replaces the carried value
-        first_skipped=min([s.record.seq for s in plan.steps if s.action != "replay"] + list(plan.loose.values())),
+        # read and taken in before the first cell the carry skips (the loose values are read then, and put in
+        # after the replay: CarriedValues.loose)
+        first_skipped=min([s.record.seq for s in plan.steps if s.action != "replay"] or list(plan.loose.values())),
         expected_seconds=plan.expected_seconds,
+        loose=dict(plan.loose),
     )
     return plan.replay_plan(), manifest, plan
 
@@ -176,6 +177,7 @@ class CarriedValues:
         self._read_seconds = 0.0
         self.names: list[str] = []
         self.note = ""
+        self.loose: dict[str, tuple[int, object]] = {}  # name -> (its training cell's position, the value)
         self._thread = threading.Thread(target=self._read, name="nb_cudaguard-carry", daemon=True)
         self._thread.start()
 
@@ -212,6 +214,9 @@ class CarriedValues:
         self._data.clear()
         if failure is not None:
             return failure
+        for name, seq in self.manifest.loose.items():
+            if name in values:
+                self.loose[name] = (seq, values.pop(name))
         shell.user_ns.update(values)
         self.names = sorted(values)
         self.note = (

@@ -45,6 +45,9 @@ class CarryManifest:
     base_plan: dict[str, Any]  # the plan without carrying: replayed from first_skipped if the values cannot be used
     first_skipped: int  # the journal position of the first cell the carry plan skips
     expected_seconds: float
+    # values only a training cell the snapshot replaces left (name -> that cell's position): put in after the
+    # replay, and only if that cell was skipped (restored): if it ran after all, what it bound stands
+    loose: dict[str, int] = field(default_factory=dict)
     version: int = field(default=VERSION)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +70,7 @@ class CarryManifest:
             "base_plan": self.base_plan,
             "first_skipped": self.first_skipped,
             "expected_seconds": self.expected_seconds,
+            "loose": dict(self.loose),
         }
 
     @classmethod
@@ -90,6 +94,7 @@ class CarryManifest:
                 base_plan=dict(data["base_plan"]),
                 first_skipped=int(data["first_skipped"]),
                 expected_seconds=float(data["expected_seconds"]),
+                loose={str(name): int(seq) for name, seq in data.get("loose", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"carry manifest without a valid {exc}") from exc

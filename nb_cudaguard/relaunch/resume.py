@@ -191,6 +191,7 @@ class _Resume:
         self.requests = KeptRequests(self.kernel, frames) if self.kernel is not None else None
         self.carried: CarriedValues | None = None  # until they are taken
         self.restorer: Restorer | None = None  # the GPU state's snapshot, loaded in place of the training cells
+        self.loose: dict[str, tuple[int, object]] = {}  # carried values of the cells the snapshot may replace
 
     def start(self) -> None:
         if self.options.carry is not None:
@@ -289,6 +290,7 @@ class _Resume:
         failure = carried.take(self.shell)
         if failure is None:
             self.outcome.carried, self.outcome.carry_note = carried.names, carried.note
+            self.loose = carried.loose
             return
         self.outcome.plan = ReplayPlan.from_dict(carried.manifest.base_plan, self.guard.journal)
         position = self.guard.journal.by_seq(carried.first_skipped)
@@ -314,6 +316,11 @@ class _Resume:
         mark the replay done (the next cell waits for that)."""
         self._take_carried()
         note = self.restorer.conclude(self.outcome.plan, self.shell.user_ns) if self.restorer is not None else ""
+        restored = set(self.restorer.skipped) if self.restorer is not None else set()
+        for name, (seq, value) in self.loose.items():  # what the cells the snapshot replaced left
+            if seq in restored:
+                self.shell.user_ns[name] = value
+                self.outcome.carried.append(name)
         self.outcome.carry_note = "; ".join(n for n in (self.outcome.carry_note, note) if n) or None
         self.outcome.seconds = time.perf_counter() - started
         self.outcome.names = user_names(self.shell)

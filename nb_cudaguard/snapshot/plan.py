@@ -102,9 +102,10 @@ def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> S
 
 
 def only_bound_by(plan: ReplayPlan, journal: Journal, snapshots: Snapshots, present: Iterable[str]) -> dict[str, int]:
-    """The user's names that only a cell the snapshot replaces bound, each with that cell: a training loop's last
-    batch, last loss, counters. The snapshot restores what the cell trained, not these, and no replayed cell binds
-    them again, so the restart carries them where it can (``carry.plan``) and says which it cannot."""
+    """The user's names that a cell the snapshot replaces bound or changed last, each with that cell: a training
+    loop's last batch, last loss, counters, the ``history`` it appended to. The snapshot restores what the cell
+    trained, not these, and no replayed cell after it binds them again, so the restart carries them where it can
+    (``carry.plan``: taken in at that cell's place, after the cells before it replayed) and says which it cannot."""
     decided = snapshot_plan(plan, journal, snapshots)
     if not decided.skips:
         return {}
@@ -116,7 +117,7 @@ def only_bound_by(plan: ReplayPlan, journal: Journal, snapshots: Snapshots, pres
         record = journal.by_seq(seq)
         if record is None:
             continue
-        for name in sorted(record.names.defined & names - restored):
+        for name in sorted((record.names.defined | record.names.mutated) & names - restored):
             if not any(r.seq > seq and name in r.names.defined | r.names.mutated for r in replayed):
                 found[name] = seq
     return found
