@@ -177,6 +177,12 @@ def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], Bas
                     describe: Callable[..., str] = func  # torch leaves Tensor.__repr__ untyped
                     text = describe(*args, **kwargs)
                     return text[:-1] + ", device='cuda:0')" if text.endswith(")") else text
+                if func is tensor_cls.pin_memory and args[0] not in table:
+                    # page-locked host memory (a DataLoader's pin_memory=True): a host copy, as pinning makes; a
+                    # CPU-only torch or a CUDA build without a driver would refuse to pin at all
+                    return args[0].clone(memory_format=torch.contiguous_format)
+                if kwargs.get("pin_memory"):
+                    kwargs["pin_memory"] = False  # torch.empty(..., pin_memory=True): host memory all the same
                 if func is torch._C._nn.one_hot and args and args[0] in table:
                     return _one_hot_as_on_cuda(*args, **kwargs)
                 if kwargs.get("device") is None and func in constructors and default_is_cuda():

@@ -201,6 +201,10 @@ class Stream:
         __tracebackhide__ = True
         self.runtime.check()
 
+    def is_capturing(self) -> bool:
+        __tracebackhide__ = True
+        return self.runtime.capturing()
+
     def wait_event(self, event: Event) -> None:
         event.wait(self)
 
@@ -307,18 +311,38 @@ def _bound_event(runtime: Runtime) -> Callable[..., Event]:
     return CudaEvent
 
 
+def accelerator_table(runtime: Runtime) -> dict[str, Any]:
+    """``torch.accelerator``'s questions, where a CUDA build asks them (an optimizer's step checks the current
+    stream for a graph capture when the build's accelerator is CUDA and ``is_available()``, which the simulation
+    says yes to); a CPU-only build has no accelerator and never asks."""
+    return {
+        "current_device_index": lambda: 0,
+        "set_device_index": runtime.set_device,
+        "current_stream": runtime.current_stream,
+        "set_stream": runtime.set_stream,
+        "synchronize": runtime.synchronize,
+        "device_count": lambda: 1,
+    }
+
+
 def patch(runtime: Runtime) -> dict[str, Any]:
-    """Put the table in ``torch.cuda``; returns what it replaced, for ``unpatch``."""
+    """Put the tables in ``torch.cuda`` and ``torch.accelerator`` (what this torch has of it); returns what they
+    replaced, as ``module.name``, for ``unpatch``."""
     import torch
 
-    replacements = table_for(runtime)
-    saved = {name: getattr(torch.cuda, name) for name in replacements}
-    for name, value in replacements.items():
-        setattr(torch.cuda, name, value)
+    saved: dict[str, Any] = {}
+    for module, table in (("cuda", table_for(runtime)), ("accelerator", accelerator_table(runtime))):
+        target = getattr(torch, module, None)
+        for name, value in table.items():
+            if target is None or (module != "cuda" and not hasattr(target, name)):
+                continue
+            saved[f"{module}.{name}"] = getattr(target, name)
+            setattr(target, name, value)
     return saved
 
 
 def unpatch(saved: dict[str, Any]) -> None:
     torch = sys.modules["torch"]
-    for name, value in saved.items():
-        setattr(torch.cuda, name, value)
+    for key, value in saved.items():
+        module, name = key.split(".", 1)
+        setattr(getattr(torch, module), name, value)

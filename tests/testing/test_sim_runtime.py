@@ -179,3 +179,31 @@ def test_stream_and_event_are_classes_as_libraries_use_them(shell):
     assert isinstance(torch.cuda.Stream(), torch.cuda.Stream) and isinstance(torch.cuda.Event(), torch.cuda.Event)
     with torch.cuda.stream(torch.cuda.Stream()) as _:
         assert torch.cuda.current_stream() is not torch.cuda.default_stream()
+
+
+def test_pinned_host_memory_as_a_dataloader_asks_for_it(shell):
+    """A DataLoader with ``pin_memory=True`` (transformers' Trainer sets it when CUDA is there) pins each batch:
+    the simulated GPU gives a host copy, as pinning does, where a CPU-only torch refused to pin."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    shell.run_line_magic("cudaguard", "simulate on")
+    data = TensorDataset(torch.arange(8.0).reshape(4, 2), torch.arange(4))
+    batches = list(DataLoader(data, batch_size=2, pin_memory=True))
+    assert [b[1].tolist() for b in batches] == [[0, 1], [2, 3]]
+    pinned = torch.ones(3).pin_memory()
+    assert pinned.tolist() == [1.0, 1.0, 1.0] and not pinned.is_cuda
+    assert torch.empty(2, pin_memory=True).shape == (2,)
+
+
+def test_an_optimizer_steps_on_the_simulated_gpu(shell):
+    """On a CUDA build (the one torchvision pairs with here), ``Adam.step`` asks ``torch.accelerator`` for the current
+    stream, to refuse a step during a graph capture: the simulated GPU answers it as one GPU does."""
+    import torch
+
+    shell.run_line_magic("cudaguard", "simulate on")
+    model = torch.nn.Linear(4, 2).to("cuda")
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(3, 4).to("cuda")).sum().backward()
+    opt.step()
+    assert opt.state_dict()["state"][0]["step"].item() == 1
