@@ -30,6 +30,10 @@ NARROWS = {
     "embedding_index_out_of_range": frozenset(
         {"vocab_resize_missing", "position_ids_too_long", "token_type_ids_out_of_range"}
     ),
+    # RoBERTa gathers its token-type buffer (max_position_embeddings long) at the position ids: that gather's index
+    # past the buffer is a sequence past the position table, which the config shows (the one narrowing across
+    # groups, and only with the model's own evidence)
+    "gather_scatter_index": frozenset({"position_ids_too_long"}),
 }
 CHECKED = "%%cudacheck stopped this op before it ran: the context is healthy."
 # Evidence that says why a family is narrowed, most telling first: what the model or config is, then the values.
@@ -66,9 +70,12 @@ def _partner(error: CudaCheckError, analysed: Diagnosis | None) -> Cause | None:
     if analysed is None:
         return None
     group = group_of(error.family)
-    wanted = {error.family} | NARROWS.get(error.family, frozenset())
+    narrows = NARROWS.get(error.family, frozenset())
     for cause in analysed.causes:
-        if group_of(cause.family) == group and cause.family in wanted and cause.variable:
+        if not cause.variable or cause.family not in {error.family} | narrows:
+            continue
+        explained = any(e.kind in _EXPLAINS[:3] for e in cause.evidence)
+        if group_of(cause.family) == group or explained:
             return cause
     return None
 
