@@ -2,7 +2,8 @@
 
 Sessions: lint (ruff, mypy), tests (newest IPython/ipykernel), tests_oldest (the oldest pair we support, as on Colab),
 tests_ipykernel6 (the last ipykernel 6 with IPython 8, as on Kaggle: the kernel and restart tests, whose code
-paths differ between ipykernel 6 and 7).
+paths differ between ipykernel 6 and 7), sessions (tests/sessions: whole notebooks with transformers, torchvision and
+plain PyTorch, driven through restarts in real kernels; only there, where torchvision can be installed).
 torch is installed first from a CPU build and never upgraded by our own install (it is not a dependency).
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "tests", "tests_oldest", "tests_ipykernel6"]
+nox.options.sessions = ["lint", "tests", "tests_oldest", "tests_ipykernel6", "sessions"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # served from the machine's local wheel store; any torch >= 1.13 works
 MYPY = "mypy>=2.4,<2.5"  # a new minor release adds checks: move on deliberately
 IPYKERNEL6 = ["ipython>=8,<9", "ipykernel>=6.29,<7", "jupyter_client>=8,<9"]
+# torchvision's wheels in the local store pair with this torch (a CUDA build: on a CPU it runs as a CPU build)
+SESSIONS_TORCH = ["torch==2.14.1", "torchvision==0.29.1"]
+SESSIONS_ONLY = "--ignore=tests/sessions"  # the other sessions lack torchvision and the notebooks' libraries
 OLDEST = ["ipython==7.34.0", "ipykernel==6.17.1", "jupyter_client==7.4.9", "ipywidgets==7.7.1", "traitlets==5.3.0"]
 
 
@@ -36,14 +40,14 @@ def tests(session: nox.Session) -> None:
     # playwright: the Python package only (Debian's Chromium); notebook: Notebook 7, the second browser frontend;
     # transformers: the optional real-tiny-model test
     session.install("-e", ".[test]", "jupyterlab>=4", "notebook>=7", "playwright", "transformers")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", SESSIONS_ONLY, *session.posargs)
 
 
 @nox.session
 def tests_oldest(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", *OLDEST)
-    session.run("pytest", "-m", "not browser", *session.posargs)
+    session.run("pytest", "-m", "not browser", SESSIONS_ONLY, *session.posargs)
 
 
 @nox.session
@@ -57,3 +61,13 @@ def tests_ipykernel6(session: nox.Session) -> None:
         "tests/carry/test_carry_kernel.py",
     ]
     session.run("pytest", *kernel_tests, "tests/cli/test_runner.py", "tests/panel/test_panel.py", *session.posargs)
+
+
+@nox.session
+def sessions(session: nox.Session) -> None:
+    """Whole sessions as tests: each notebook of tests/sessions/notebooks through every journey (fail, report,
+    restart, --diagnose, check on, fix, continue) in a real kernel with the simulated GPU; and the simulated GPU's
+    own tests on this torch, a CUDA build without a driver (the other sessions have a CPU-only build)."""
+    session.install(*SESSIONS_TORCH)
+    session.install("-e", ".[test]", "transformers", "accelerate", "tokenizers")
+    session.run("pytest", "tests/sessions", "tests/testing", *session.posargs)
