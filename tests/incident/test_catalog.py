@@ -46,6 +46,11 @@ SAMPLES = {
     "cpu_multinomial": ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", None),
     "cpu_one_hot": ("RuntimeError: Class values must be smaller than num_classes.", None),
     "cpu_dtype_mismatch": ("RuntimeError: expected scalar type Long but found Float", None),
+    "cpu_ctc_lengths": (
+        "RuntimeError: Expected input_lengths to have value at most 50, but got value 60 (while checking arguments "
+        "for ctc_loss_allocate_outputs)",
+        None,
+    ),
     "cpu_nan_cast": ("ValueError: cannot convert float NaN to integer", None),
 }
 
