@@ -179,7 +179,23 @@ class Runtime:
         self.check()
 
 
-class Stream:
+class _Work:
+    """What streams and events share: their work is done on the host at once, so asking about it only reaches
+    the driver, which refuses once the context is poisoned."""
+
+    runtime: Runtime
+
+    def query(self) -> bool:
+        __tracebackhide__ = True
+        self.runtime.check()
+        return True
+
+    def synchronize(self) -> None:
+        __tracebackhide__ = True
+        self.runtime.check()
+
+
+class Stream(_Work):
     """A stream of the simulated GPU: its ops run on the host at once, so its work is always done."""
 
     def __init__(self, runtime: Runtime, device: object = None, priority: int = 0, _default: bool = False) -> None:
@@ -191,15 +207,6 @@ class Stream:
         self.device_index, self.device_type = 0, 1  # the device type's number, as torch's streams report it
         self.stream_id = 0 if _default else id(self)
         self.cuda_stream = self.stream_id
-
-    def query(self) -> bool:
-        __tracebackhide__ = True
-        self.runtime.check()
-        return True
-
-    def synchronize(self) -> None:
-        __tracebackhide__ = True
-        self.runtime.check()
 
     def is_capturing(self) -> bool:
         __tracebackhide__ = True
@@ -220,7 +227,7 @@ class Stream:
         return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.cuda_stream:#x}>"
 
 
-class Event:
+class Event(_Work):
     """An event of the simulated GPU: recorded when its stream's work is done, which on the host is at once."""
 
     def __init__(self, runtime: Runtime, enable_timing: bool = False, blocking: bool = False, **_: Any) -> None:
@@ -233,15 +240,6 @@ class Event:
         self.at = time.perf_counter()
 
     def wait(self, stream: Stream | None = None) -> None:
-        __tracebackhide__ = True
-        self.runtime.check()
-
-    def query(self) -> bool:
-        __tracebackhide__ = True
-        self.runtime.check()
-        return True
-
-    def synchronize(self) -> None:
         __tracebackhide__ = True
         self.runtime.check()
 
