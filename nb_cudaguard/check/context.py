@@ -108,11 +108,24 @@ def user_path(start: FrameType | None, known: Known | None = None) -> UserPath:
     return UserPath([frame for frame, _ in walked], [facts for _, facts in walked], spots)
 
 
-def user_spots(start: FrameType | None, known: Known) -> tuple[tuple[int, int], ...]:
-    """What tells one path through the user's code from another, innermost first: (id of the code, bytecode
-    offset) of each user frame. The key of a cache on every fast-checked call, so it builds nothing else and reads
-    offsets, not line numbers (a line number is decoded from the code's table)."""
-    return tuple((id(frame.f_code), frame.f_lasti) for frame, _ in _user_frames(start, known))
+def user_spots(start: FrameType | None, known: Known) -> tuple[int, ...]:
+    """What tells one path through the user's code from another, innermost first: the id of the code and the
+    bytecode offset of each user frame, flat. The key of a cache on every fast-checked call, so it is one loop that
+    builds nothing else and reads offsets, not line numbers (a line number is decoded from the code's table)."""
+    spots: list[int] = []
+    frame = start
+    while frame is not None:
+        code = frame.f_code
+        found = known.get(id(code))
+        if found is None or found[5] is not code:
+            found = code_facts(code, known)
+        if found[0]:
+            spots.append(id(code))
+            spots.append(frame.f_lasti)
+            if found[4]:
+                break
+        frame = frame.f_back
+    return tuple(spots)
 
 
 def describe_call(frame: FrameType) -> str:

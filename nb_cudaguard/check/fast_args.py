@@ -11,7 +11,7 @@ from typing import Any
 
 from nb_cudaguard.check.context import Names, user_path
 from nb_cudaguard.check.fast_rules import compiling
-from nb_cudaguard.check.fast_sites import SITES, Rule, Site, compiled_site
+from nb_cudaguard.check.fast_sites import SITES, Site, compiled_site
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
 
@@ -35,21 +35,17 @@ def site_of(
     argument: str,
     family: str,
     tensor,
-    valid: tuple[int, int] | str,
+    valid: tuple | str,
     source: str | None,
     fix: str | None = None,
     refine: Callable[[Site, Names], None] | None = None,
 ) -> int:
-    """The site number of this call. ``valid`` is ``(low, high)`` for ``[low, high)`` or a text; it is formatted in
-    eager mode only, so that a compiled graph never formats a (possibly symbolic) size."""
+    """The site number of this call. ``valid`` is ``(low, high)`` for ``[low, high)``, ``(low, high, ignore)`` for
+    that or an ignore_index, or a text; it is formatted in eager mode only and once per site, so that a compiled
+    graph never formats a (possibly symbolic) size and a repeated call formats nothing."""
     if compiling():
         return compiled_site(op, argument, family, source, fix)
-
-    def rule() -> Rule:  # made once per site
-        text = valid if isinstance(valid, str) else f"[{valid[0]}, {valid[1]})"
-        return Rule(op, argument, family, text, source, fix)
-
-    return SITES.here((op, argument, family, valid, source), rule, tensor, refine=refine)
+    return SITES.here((op, argument, family, valid, source), tensor, refine, fix)
 
 
 def host_violation(

@@ -15,15 +15,17 @@ graph that took it as an input keeps writing to the same tensor).
 
 float64 holds every index below 2**53 and every probability exactly, NaN included, so one dtype serves both.
 
-A check's verdict is computed at once (its mask of bad values, on the op's own arguments), but folding it into the
-board waits (:meth:`Board.defer`): the folds of up to ``HOLD_ENTRIES`` checks run together, at the cell's end or when
-that many are held. Why: a fold is about ten small tensor ops, and run one at a time between the training step's
-own ops each one finds the CPU's caches cold (about 100 µs a fold on a small step instead of 34 µs in a row); a
-launch-bound step spent most of the fast mode's cost there (docs/performance.md). Held are the input and the mask
-(at most ``HOLD_ELEMENTS`` elements in all, so memory stays small); an input changed in place before its fold (a
-reused batch buffer) is caught by its version counter, and its value is then reported as unknown rather than read
-from what the buffer holds by then. Under ``torch.compile`` and during a CUDA graph capture the fold is immediate
-(it must be in the graph), and so is the fold of an input too large to hold.
+A check's verdict is computed at once (its mask of bad values, on the op's own arguments), written into the
+device's mask buffer (:meth:`Board.hold_ne`: a view of one preallocated bool tensor, so a held mask is no allocation of
+its own), and folding it into the board waits: up to ``HOLD_ENTRIES`` held checks are folded
+together, with a fixed number of tensor ops whatever their number (``fast_batch.fold_batch``), when the buffer or
+the list is full; at the cell's end they are not folded at all unless one fired (one ``any()`` over the buffer
+travels with the board's read). Why: a fold is about ten small tensor ops, and one per check was most of the fast
+mode's cost on a small step (docs/performance.md). Held are the input and the mask (at most ``HOLD_ELEMENTS``
+elements in all, so memory stays small); an input changed in place before its fold (a reused batch buffer) is
+caught by its version counter, and its value is then reported as unknown rather than read from what the buffer
+holds by then. Under ``torch.compile`` and during a CUDA graph capture the fold is immediate (it must be in the
+graph), and so is the fold of an input too large to hold.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from typing import Any
 
 import torch
 
+from nb_cudaguard.check.fast_batch import Held, Layouts, fold_batch
+
 TAG_UNIT = 2**36  # counts stay below it; sites stay below 2**16, so tags stay exact in float64
 STALE = 2**35  # added to a tag: the input changed in place before its fold, so the value read is not its value
 MAX_SITES = 2**16 - 1
-HOLD_ENTRIES = 64  # checks whose folds wait before they are folded together
+HOLD_ENTRIES = 256  # checks whose folds wait before they are folded together
 HOLD_ELEMENTS = 1 << 18  # elements held in all (inputs and masks); a larger input is folded at once
+SLOT_VIEWS = 4096  # views of the mask buffers kept for reuse
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,27 @@ class Firing:
     value_known: bool = True  # False: the input was changed in place before the fold (a reused buffer)
 
 
+class _Buffer:
+    """A device's held masks, one after another in call order, in one bool tensor made once."""
+
+    def __init__(self, device) -> None:
+        self.masks = torch.zeros(HOLD_ELEMENTS, dtype=torch.bool, device=device)
+        self.used = 0
+        self._views: dict[tuple, Any] = {}  # (offset, shape) -> that view of the buffer
+
+    def slot(self, shape, n: int) -> Any:
+        """The next ``n`` elements as a contiguous tensor of ``shape``, now in use. A training loop asks for the
+        same few every step, so each view is made once."""
+        used = self.used
+        found = self._views.get((used, shape))
+        if found is None:
+            if len(self._views) >= SLOT_VIEWS:
+                self._views.clear()
+            found = self._views[used, shape] = self.masks.as_strided(shape, _contiguous_strides(shape), used)
+        self.used = used + n
+        return found
+
+
 class Board:
     """The boards of every device the checks met, and whether the checks are on at all.
 
@@ -65,8 +91,10 @@ class Board:
         self._tags: dict[tuple[Any, Any, int], Any] = {}
         self.active = 0  # FastChecker entries holding the patches in place
         self.suspended = 0
-        self._waiting: list[tuple[int, Any, Any, int]] = []  # (site, input, mask, input's version) in call order
-        self._held = 0
+        self.checks = 0  # checks run in eager mode since the process started (the benchmarks read it)
+        self._waiting: list[tuple[int, Any, int, Any, int]] = []  # (site, input, numel, device, version), call order
+        self._buffers: dict[Any, _Buffer] = {}  # by device: the held masks, one after another
+        self.layouts = Layouts()
 
     def state(self, device) -> Any:
         found = self.tensors.get(device)
@@ -94,30 +122,68 @@ class Board:
             self._tags[key] = found
         return found
 
-    def defer(self, site: int, x, bad) -> None:
-        """Fold ``bad`` (shaped like ``x``, a detached input) later, in call order (so the first firing still
-        sticks); at once where it cannot wait: during a CUDA graph capture (the fold must be in the graph), for an
-        input too large to hold, or one without a version counter (made under ``torch.inference_mode``), whose
-        in-place change could not be seen. Capturing is asked only of a started CUDA: a tensor that merely says
-        ``cuda`` (a fake tensor on a CPU-only torch, a CUDA build without a driver) has no stream to ask about."""
-        capturing = x.is_cuda and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
-        if capturing or bad.numel() > HOLD_ELEMENTS or x.is_inference():
-            fold(site, x, bad, self.tag(site, x))
-            return
-        self._waiting.append((site, x, bad, x._version))
-        self._held += bad.numel()
-        if len(self._waiting) >= HOLD_ENTRIES or self._held >= HOLD_ELEMENTS:
-            self._fold_all(self._take())  # mid-cell: too many held
+    def hold_ne(self, site: int, x, safe) -> bool:
+        """Hold ``safe != x`` as ``x``'s verdict, written straight into its device's mask buffer (one op, no
+        allocation): its fold waits, in call order (so the first firing still sticks). False where it cannot wait
+        (nothing done then). The hot path of every index check: one method, nothing it can skip."""
+        n = x.numel()
+        if n > HOLD_ELEMENTS or x.is_inference() or (x.is_cuda and _capturing()):
+            return False
+        device = x.device
+        buffer = self._buffers.get(device) or self._buffer(device)
+        if buffer.used + n > HOLD_ELEMENTS or len(self._waiting) >= HOLD_ENTRIES:
+            self._fold_all(self._take())  # mid-cell: a buffer or the list is full
+        _ne(safe, x, out=buffer.slot(x.shape, n))
+        self.checks += 1
+        self._waiting.append((site, x.detach() if x.requires_grad else x, n, device, x._version))
+        return True
 
-    def _take(self) -> list[tuple[int, Any, Any, int]]:
-        """The held checks, in call order; none are held after."""
-        waiting, self._waiting, self._held = self._waiting, [], 0
+    def defer(self, site: int, x, bad) -> None:
+        """Fold ``bad`` (shaped like ``x``) later where it can wait (copied into the mask buffer), at once where
+        not: during a CUDA graph capture (the fold must be in the graph), for an input too large to hold, or one
+        without a version counter (made under ``torch.inference_mode``), whose in-place change could not be seen;
+        then after the checks held before it, so that the first firing still sticks."""
+        n = x.numel()
+        self.checks += 1
+        if n > HOLD_ELEMENTS or x.is_inference() or (x.is_cuda and _capturing()):
+            if self._waiting:
+                self._fold_all(self._take())
+            fold(site, x.detach(), bad, self.tag(site, x))
+            return
+        device = x.device
+        buffer = self._buffers.get(device) or self._buffer(device)
+        if buffer.used + n > HOLD_ELEMENTS or len(self._waiting) >= HOLD_ENTRIES:
+            self._fold_all(self._take())
+        buffer.slot(x.shape, n).copy_(bad)
+        self._waiting.append((site, x.detach() if x.requires_grad else x, n, device, x._version))
+
+    def _buffer(self, device) -> _Buffer:
+        found = self._buffers[device] = _Buffer(device)
+        return found
+
+    def _take(self) -> list[tuple[int, Any, int, Any, int]]:
+        """The held checks, in call order; none are held after (their masks stay in the buffers until the next
+        check writes there)."""
+        waiting, self._waiting = self._waiting, []
+        for buffer in self._buffers.values():
+            buffer.used = 0
         return waiting
 
-    def _fold_all(self, entries: list[tuple[int, Any, Any, int]]) -> None:
-        """Their folds, in the order the checks ran; a changed input's record says so (``STALE``)."""
-        for site, x, bad, version in entries:
-            fold(site, x, bad, self.tag(site, x), stale=x._version != version)
+    def _by_device(self, entries: list[tuple[int, Any, int, Any, int]]) -> dict[Any, list[Held]]:
+        """The entries per device, as ``fast_batch`` takes them; a changed input's tag says so (``STALE``)."""
+        found: dict[Any, list[Held]] = {}
+        for site, x, n, device, version in entries:
+            tag = site * TAG_UNIT + (STALE if x._version != version else 0)
+            found.setdefault(device, []).append((tag, x, n))
+        return found
+
+    def _masks(self, device, held: list[Held]) -> Any:
+        return self._buffers[device].masks.narrow(0, 0, sum(n for _, _, n in held))
+
+    def _fold_all(self, entries: list[tuple[int, Any, int, Any, int]]) -> None:
+        """Their folds, in the order the checks ran, each device's in one batch."""
+        for device, held in self._by_device(entries).items():
+            fold_batch(self.state(device), self._masks(device, held), held, self.layouts)
 
     def read(self) -> list[Firing]:
         """Every device's first firing: one device-to-host transfer per board (the cell's one synchronisation).
@@ -125,18 +191,19 @@ class Board:
         The checks still held are not folded first: whether any of them fired travels with the board, as one more
         number reduced from their masks, and only if one did (the cell has failed; a second read costs nothing
         that matters then) are they folded, in order, to find the first."""
-        held: dict[Any, list[tuple[int, Any, Any, int]]] = {}
-        for entry in self._take():
-            held.setdefault(entry[2].device, []).append(entry)
+        entries = self._take()
+        sizes: dict[Any, int] = {}  # held elements by device (one device, nearly always)
+        for entry in entries:
+            sizes[entry[3]] = sizes.get(entry[3], 0) + entry[2]
         firings = []
-        for device in {**self.tensors, **held}:
+        for device in {**self.tensors, **sizes}:
             state = self.state(device)
-            entries = held.get(device)
-            if entries:
-                fired = torch.cat([bad.reshape(-1) for _, _, bad, _ in entries]).any(0, keepdim=True)
+            if device in sizes:
+                masks = self._buffers[device].masks.narrow(0, 0, sizes[device])
+                fired = masks.any(0, keepdim=True)
                 count, value, position, tag, held_fired = torch.cat([state, fired]).tolist()  # bool -> float64
                 if held_fired and not tag:
-                    self._fold_all(entries)
+                    fold_batch(state, masks, self._by_device(entries)[device], self.layouts)
                     count, value, position, tag = state.tolist()
             else:
                 count, value, position, tag = state.tolist()
@@ -155,6 +222,22 @@ class Board:
 
 
 BOARD = Board()
+
+
+_ne = torch.ne
+
+
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured (asked of a CUDA tensor only, and only once CUDA started)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def fold(site: int, x, bad, tag=None, stale: bool = False) -> None:

@@ -86,7 +86,7 @@ def track(result, source) -> None:
 
 def check_cast(op: str, argument: str, index) -> None:
     """Fold "this index came from NaN/inf" for ``index`` if it was cast under the checks."""
-    if compiling() or not CASTS or not plain(index):
+    if not CASTS._by_id or compiling() or not plain(index):
         return
     found = CASTS.lookup(index)
     if found is None:
@@ -102,7 +102,7 @@ def check_cast(op: str, argument: str, index) -> None:
             range_source="the float -> integer cast that produced it",
         )
 
-    site = SITES.here((op, argument, "nan_or_inf"), rule, index)
+    site = SITES.here((op, argument, "nan_or_inf"), index, make_rule=rule)
     if source is not None and source.stride() == base.stride() and source.shape == base.shape:
         offset = source.storage_offset() + index.storage_offset() - base.storage_offset()
         aligned = source.as_strided(index.size(), index.stride(), offset)  # the same view of the source

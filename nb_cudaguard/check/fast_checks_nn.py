@@ -27,17 +27,20 @@ from nb_cudaguard.check.fast_rules import (
 from nb_cudaguard.check.ops_embedding import embedding_refine
 
 _EMBEDDING = "embedding_index_out_of_range"
+_CLASSES_1D, _CLASSES_2D = "input.shape[0] (classes)", "input.shape[1] (classes)"
 
 
 def embedding(label: str, args: tuple, kwargs: dict) -> Args:
-    ids, weight = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight")
+    ids = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
     if not integral(ids) or not isinstance(weight, torch.Tensor) or weight.dim() < 1:
         return args, kwargs
     rows = weight.size(0)
     check_cast(label, "indices", ids)
     refine = None if compiling() else embedding_refine(weight)
     site = site_of(label, "indices", _EMBEDDING, ids, (0, rows), "weight.shape[0]", refine=refine)
-    return with_arg(args, kwargs, 0, "input", index_in_range(site, ids, 0, rows))
+    safe = index_in_range(site, ids, 0, rows)
+    return ((safe, *args[1:]), kwargs) if args else with_arg(args, kwargs, 0, "input", safe)
 
 
 def embedding_bag(label: str, args: tuple, kwargs: dict) -> Args:
@@ -65,7 +68,6 @@ def class_target(label: str, args: tuple, kwargs: dict, ignore_position: int | N
     if not plain(logits) or not integral(target):
         return args, kwargs
     classes = logits.size(1) if logits.dim() >= 2 else logits.size(0)
-    source = f"input.shape[{1 if logits.dim() >= 2 else 0}] (classes)"
     weight = arg(args, kwargs, 2 if ignore_position is not None else 4, "weight")
     if isinstance(weight, torch.Tensor) and weight.numel() != classes:
         raise host_violation(
@@ -75,13 +77,13 @@ def class_target(label: str, args: tuple, kwargs: dict, ignore_position: int | N
             weight,
             f"has {weight.numel()} class weights for {classes} classes",
             f"{classes} elements",
-            source,
+            _CLASSES_2D if logits.dim() >= 2 else _CLASSES_1D,
             fix="Give one weight per class: weight=torch.tensor([...]) with num_classes entries.",
         )
     ignore = arg(args, kwargs, ignore_position, "ignore_index", -100) if ignore_position is not None else None
     check_cast(label, "target", target)
-    valid = f"[0, {classes})" + (f" or {ignore} (ignore_index)" if ignore is not None else "")
-    site = site_of(label, "target", "label_out_of_range", target, valid, source)
+    source = _CLASSES_2D if logits.dim() >= 2 else _CLASSES_1D
+    site = site_of(label, "target", "label_out_of_range", target, (0, classes, ignore), source)
     safe = index_in_range(site, target, 0, classes, ignore=int(ignore) if ignore is not None else None)
     return with_arg(args, kwargs, 1, "target", safe)
 

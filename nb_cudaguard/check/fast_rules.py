@@ -18,9 +18,7 @@ import torch
 from nb_cudaguard.check.conditions import offsets_out_of_order
 from nb_cudaguard.check.fast_board import BOARD, fold
 
-
-def compiling() -> bool:
-    return torch.compiler.is_compiling()
+compiling = torch.compiler.is_compiling  # Dynamo folds it to True while tracing; one call in eager
 
 
 def _fold(site: int, x, bad) -> None:
@@ -29,7 +27,7 @@ def _fold(site: int, x, bad) -> None:
     if compiling():
         fold(site, x.detach(), bad)
     else:
-        BOARD.defer(site, x.detach(), bad)
+        BOARD.defer(site, x, bad)
 
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -54,12 +52,11 @@ def integral(t) -> bool:
 
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
     """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
-    clamped = x.clamp(low, high - 1)
-    if ignore is None or low <= ignore < high:
-        _fold(site, x, clamped.ne(x))
-        return clamped
-    safe = torch.where(x.eq(ignore), x, clamped)  # an ignored target stays as it is
-    _fold(site, x, safe.ne(x))
+    safe = x.clamp(low, high - 1)
+    if ignore is not None and not low <= ignore < high:
+        safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
+    if compiling() or not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
+        _fold(site, x, safe.ne(x))
     return safe
 
 
@@ -67,7 +64,7 @@ def unit_interval(site: int, p):
     """``p`` within [0, 1], NaN outside it."""
     held = p.detach()
     fixed = held.nan_to_num(0.0).clamp(0.0, 1.0)
-    bad = fixed.ne(held)
+    bad = fixed.ne(held)  # its own tensor, not a slot: autograd keeps where's condition for the backward
     _fold(site, held, bad)
     return torch.where(bad, fixed, p)
 

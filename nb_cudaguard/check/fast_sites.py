@@ -23,7 +23,7 @@ from types import FrameType
 
 import torch
 
-from nb_cudaguard.check.context import Known, Names, UserPath, code_facts, user_path, user_spots
+from nb_cudaguard.check.context import CodeFacts, Known, Names, UserPath, code_facts, user_path, user_spots
 from nb_cudaguard.check.fast_board import MAX_SITES
 from nb_cudaguard.check.naming import user_name
 from nb_cudaguard.incident.usercode import is_user_file, users_line
@@ -70,6 +70,7 @@ class Sites:
         self._by_place: dict[tuple, Site] = {}
         self._by_path: dict[tuple, Site] = {}  # (the user's frames as (code, line), check) -> its site
         self._known: Known = {}
+        self._described: dict[tuple, tuple[str | None, str, str | None]] = {}  # the same code run again: its names
         self.namespace: dict | None = None
 
     def user_frame(self, frame: FrameType | None) -> FrameType | None:
@@ -83,30 +84,34 @@ class Sites:
     def here(
         self,
         place: tuple,
-        make_rule: Callable[[], Rule],
         tensor,
         refine: Callable[[Site, Names], None] | None = None,
+        fix: str | None = None,
+        make_rule: Callable[[], Rule] | None = None,
     ) -> int:
         """The site of the calling entry point's caller's user line (eager only: it reads Python frames).
-        ``place`` identifies the check (op, argument, range); the rule is only made for a new site. The same line
-        of a ``forward()`` reached from another line of the running cell is another site: the user's line differs.
+        ``place`` identifies the check: ``(op, argument, family, valid, source)``, ``valid`` as ``site_of`` takes
+        it (or anything, with ``make_rule``); the rule is only made for a new site. The same line of a
+        ``forward()`` reached from another line of the running cell is another site: the user's line differs.
         Every call walks the user's frames up to the running cell (``user_spots``); a path seen before is one dict
         lookup."""
         key = (user_spots(sys._getframe(2), self._known), place)
         site = self._by_path.get(key)
-        shape = tensor.shape
         if site is None:
             path = user_path(sys._getframe(2), self._known)
-            site = self._by_path[key] = self._site(path, place, make_rule, tensor, refine)
-        elif site.shape != shape:
-            site.shape, site.shape_varied = shape, True
+            rule = make_rule() if make_rule is not None else _rule(place, fix)
+            site = self._by_path[key] = self._site(path, place, rule, tensor, refine)
+        else:
+            shape = tensor.shape
+            if site.shape != shape:
+                site.shape, site.shape_varied = shape, True
         return site.number
 
     def _site(
         self,
         path: UserPath,
         place: tuple,
-        make_rule: Callable[[], Rule],
+        rule: Rule,
         tensor,
         refine: Callable[[Site, Names], None] | None,
     ) -> Site:
@@ -118,12 +123,21 @@ class Sites:
         if site is not None:
             return site
         user_line, via = path.where()
-        site = self._new(make_rule(), key, user_line)
+        site = self._new(rule, key, user_line)
         site.via, site.frames = via, path.summaries()
         names = Names(path.frames[found[1]] if found is not None else None, self.namespace)
-        site.variable = user_name(names, tensor, read_values=False)
-        if refine is not None:
-            refine(site, names)
+        spots = zip(path.facts, path.spots, strict=True)
+        same = (tuple((_same_code(facts), spot[1]) for facts, spot in spots), place)
+        described = self._described.get(same)
+        if described is not None and _still_named(described[0], tensor, path, self.namespace):
+            site.variable, site.family, site.range_source = described
+        else:
+            site.variable = user_name(names, tensor, read_values=False)
+            if refine is not None:
+                refine(site, names)
+            if len(self._described) >= _DESCRIBED:
+                self._described.clear()
+            self._described[same] = (site.variable, site.family, site.range_source)
         site.shape = tensor.shape
         site.kind = _kind(tensor)
         return site
@@ -164,6 +178,39 @@ class Sites:
 
 
 SITES = Sites()
+
+
+_DESCRIBED = 4096  # descriptions kept for code run again
+
+
+def _same_code(facts: CodeFacts) -> tuple:
+    """What a cell run again has in common with its last run (its code object is new, its file is named after
+    the new execution): the code itself, less the file's name."""
+    code = facts.code
+    name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+
+    same = (name, code.co_firstlineno, code.co_code, code.co_names, code.co_consts)
+    return same if facts.cell is not None else (code.co_filename, *same)
+
+
+def _still_named(variable: str | None, tensor, path: UserPath, namespace: dict | None) -> bool:
+    """Whether the name found for this code's argument last time still holds this very tensor (a cell run again
+    with its variables rebound): then the scan of the user's scopes is not run again."""
+    if variable is None or not variable.isidentifier():
+        return False
+    if namespace is not None and namespace.get(variable) is tensor:
+        return True
+    return any(f.f_locals.get(variable) is tensor or f.f_globals.get(variable) is tensor for f in path.frames)
+
+
+def _rule(place: tuple, fix: str | None) -> Rule:
+    op, argument, family, valid, source = place
+    if isinstance(valid, tuple):
+        text = f"[{valid[0]}, {valid[1]})"
+        if len(valid) > 2 and valid[2] is not None:
+            text += f" or {valid[2]} (ignore_index)"
+    else:
+        text = valid
+    return Rule(op, argument, family, text, source, fix)
 
 
 def _kind(tensor) -> str:

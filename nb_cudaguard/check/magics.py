@@ -121,20 +121,20 @@ class EveryCell:
             self.checker = None
 
     def _enter_fast(self) -> None:
-        from nb_cudaguard.check.fast_cell import CURRENT, CellEnd
+        from nb_cudaguard.check.fast_cell import CURRENT, install
         from nb_cudaguard.check.fast_mode import FastChecker
 
         self.fast_checker = FastChecker(namespace=self.shell.user_ns, rebuilds=self.rebuilds).__enter__()
         self.ended = False  # the cell switching the checks on has no cell_end: its post_run_cell reads instead
         CURRENT.append(self)
-        self.shell.ast_transformers.append(CellEnd())
+        install(self.shell)
 
     def _leave_fast(self) -> None:
         if self.fast_checker is None:
             return
-        from nb_cudaguard.check.fast_cell import CURRENT, CellEnd
+        from nb_cudaguard.check.fast_cell import CURRENT, uninstall
 
-        self.shell.ast_transformers[:] = [t for t in self.shell.ast_transformers if not isinstance(t, CellEnd)]
+        uninstall(self.shell)
         if self in CURRENT:
             CURRENT.remove(self)
         self.fast_checker.finish()  # what fired before the switch belongs to no cell any more

@@ -1,0 +1,341 @@
+"""What ``%cudaguard check on`` costs through the real path: a real IPython shell with nb_cudaguard loaded, training
+cells of 1, 4 and 32 steps, the same cells with the checks on and off interleaved in the same run.
+
+The model is the issue's small step (an embedding, a mean over the sequence, a linear layer, cross-entropy,
+AdamW) at several sizes, from about 1 ms a step to about 50 ms. Each round, for each size, the two states run in
+turn (the order alternating every round): ``%cudaguard check on`` or ``off`` (not timed), one untimed 1-step cell
+(what switching costs once: CPython's attribute caches, refilled), then one timed cell of each length, each timed
+around ``shell.run_cell`` (the cell as the user waits for it: IPython's and nb_cudaguard's per-cell work, the cell's
+code, and with the checks on the read of the boards at the cell's end). Reported per size and cell length: the
+median of the per-round ratios on/off with their quartiles (the noise), and the host microseconds per checked op,
+``(on - off) / checks``, where ``checks`` is counted by the fast mode itself (``BOARD.checks``, one per verdict),
+not assumed.
+
+``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
+cell's end, in the same cells with the checks on.
+
+``--compiled`` times a ``torch.compile``'d training step (``--backend``, default ``aot_eager``) with the checks on and
+off: the step time ratio, and the graph breaks and graphs Dynamo reports for each
+(``torch._dynamo.utils.counters``). Switching the checks on drops compiled code (it must recompile with the checks),
+so the states alternate in blocks, each recompiled and warmed untimed before it is timed.
+
+    PYTHONPATH=. python benchmarks/bench_guard_shell.py [--rounds 15] [--sizes tiny,issue,medium,large]
+        [--cells 1,4,32] [--probe] [--compiled [--backend aot_eager|inductor]] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+# name: (vocabulary, width, batch, sequence, classes)
+SIZES = {
+    "tiny": (1000, 32, 16, 32, 10),
+    "issue": (1000, 128, 64, 32, 10),
+    "medium": (1000, 256, 64, 32, 1000),
+    "large": (4000, 512, 64, 64, 1000),
+}
+
+SETUP = """\
+import torch
+import torch.nn.functional as F
+torch.manual_seed(0)
+emb = torch.nn.Embedding({vocab}, {width})
+head = torch.nn.Linear({width}, {classes})
+opt = torch.optim.AdamW([*emb.parameters(), *head.parameters()], lr=1e-3)
+x = torch.randint(0, {vocab}, ({batch}, {sequence}))
+y = torch.randint(0, {classes}, ({batch},))
+"""
+
+CELL = """\
+for _ in range({steps}):
+    loss = F.cross_entropy(head(emb(x).mean(1)), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+COMPILED_SETUP = """\
+def train_step():
+    loss = F.cross_entropy(head(emb(x).mean(1)), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+compiled_step = torch.compile(train_step, backend={backend!r})
+"""
+
+COMPILED_CELL = """\
+for _ in range({steps}):
+    compiled_step()
+"""
+
+
+def make_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    start_ipython()
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nb_cudaguard")
+    return shell
+
+
+def _run(shell, source: str) -> None:
+    result = shell.run_cell(source, store_history=True)
+    if not result.success:
+        raise RuntimeError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}")
+
+
+def _switch(shell, on: bool) -> None:
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        shell.run_line_magic("cudaguard", "check on" if on else "check off")
+
+
+def _timed(shell, source: str) -> tuple[float, float, int]:
+    """The cell through ``run_cell``: its wall time, its thread's CPU time (what other processes on a shared
+    machine disturb least: waiting for a core is not counted) and the checks it ran (the fast mode's own count)."""
+    from nb_cudaguard.check.fast_board import BOARD
+
+    gc.collect()
+    before = BOARD.checks
+    start, cpu = time.perf_counter(), time.thread_time()
+    _run(shell, source)
+    return time.perf_counter() - start, time.thread_time() - cpu, BOARD.checks - before
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 4:
+        m = statistics.median(values)
+        return m, min(values), max(values)
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return q2, q1, q3
+
+
+def _summary(off: list[float], on: list[float], checks: list[int], steps: int) -> dict:
+    ratios = [b / a for a, b in zip(off, on, strict=True)]
+    per_check = [(b - a) / c * 1e6 for a, b, c in zip(off, on, checks, strict=True) if c]
+    ratio, r1, r3 = _quartiles(ratios)
+    cost, c1, c3 = _quartiles(per_check) if per_check else (float("nan"),) * 3
+    return {
+        "off_ms_per_step": 1000 * statistics.median(off) / steps,
+        "on_ms_per_step": 1000 * statistics.median(on) / steps,
+        "ratio": ratio,
+        "ratio_q1": r1,
+        "ratio_q3": r3,
+        "us_per_check": cost,
+        "us_per_check_q1": c1,
+        "us_per_check_q3": c3,
+    }
+
+
+def run_eager(shell, sizes: list[str], cells: list[int], rounds: int) -> list[dict]:
+    rows = []
+    for name in sizes:
+        vocab, width, batch, sequence, classes = SIZES[name]
+        _switch(shell, False)
+        _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+        for on in (False, True, False, True):  # warm both states
+            _switch(shell, on)
+            _run(shell, CELL.format(steps=4))
+        wall: dict[tuple[bool, int], list[float]] = {(on, n): [] for on in (False, True) for n in cells}
+        cpu: dict[tuple[bool, int], list[float]] = {(on, n): [] for on in (False, True) for n in cells}
+        checks: dict[int, list[int]] = {n: [] for n in cells}
+        for i in range(rounds):
+            for on in (False, True) if i % 2 == 0 else (True, False):
+                _switch(shell, on)
+                _run(shell, CELL.format(steps=1))  # untimed: the first cell after switching
+                for n in cells:
+                    elapsed, used, count = _timed(shell, CELL.format(steps=n))
+                    wall[on, n].append(elapsed)
+                    cpu[on, n].append(used)
+                    if on:
+                        checks[n].append(count)
+        _switch(shell, False)
+        for n in cells:
+            row = {"size": name, "steps": n, "rounds": rounds, "checks_per_cell": statistics.median(checks[n])}
+            row["wall"] = _summary(wall[False, n], wall[True, n], checks[n], n)
+            row["cpu"] = _summary(cpu[False, n], cpu[True, n], checks[n], n)
+            rows.append(row)
+    return rows
+
+
+def run_probe(shell, size: str, steps: int, cells: int) -> dict:
+    """The host time inside each check, measured directly in the real step: every checked entry point's check is
+    timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
+    boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
+    from nb_cudaguard.check import fast_entries, fast_mode
+
+    vocab, width, batch, sequence, classes = SIZES[size]
+    _switch(shell, False)
+    _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+    spent: list[int] = []
+    reads: list[int] = []
+    original_checked, original_finish = fast_entries._checked, fast_mode.FastChecker.finish
+
+    def timed_checked(entry, original):
+        check = entry.check
+
+        def timed(label, args, kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return check(label, args, kwargs)
+            finally:
+                spent.append(time.perf_counter_ns() - start)
+
+        return original_checked(fast_entries.Entry(entry.owner, entry.name, entry.label, timed), original)
+
+    def timed_finish(self, source=None):
+        start = time.perf_counter_ns()
+        try:
+            return original_finish(self, source)
+        finally:
+            reads.append(time.perf_counter_ns() - start)
+
+    fast_entries._checked, fast_mode.FastChecker.finish = timed_checked, timed_finish
+    try:
+        _switch(shell, True)
+        _run(shell, CELL.format(steps=steps))
+        spent.clear()
+        reads.clear()
+        for _ in range(cells):
+            _run(shell, CELL.format(steps=steps))
+    finally:
+        _switch(shell, False)
+        fast_entries._checked, fast_mode.FastChecker.finish = original_checked, original_finish
+    median, q1, q3 = _quartiles([t / 1000 for t in spent])
+    return {
+        "size": size,
+        "steps": steps,
+        "checks": len(spent),
+        "us_per_check": median,
+        "us_per_check_q1": q1,
+        "us_per_check_q3": q3,
+        "us_per_check_mean": statistics.mean(spent) / 1000,
+        "us_per_cell_end": statistics.median(reads) / 1000,
+    }
+
+
+def run_compiled(shell, size: str, backend: str, blocks: int, steps: int) -> dict:
+    import torch
+    from torch._dynamo.utils import counters
+
+    vocab, width, batch, sequence, classes = SIZES[size]
+    _switch(shell, False)
+    _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+    _run(shell, COMPILED_SETUP.format(backend=backend))
+    times: dict[bool, list[float]] = {False: [], True: []}
+    breaks: dict[bool, int] = {}
+    graphs: dict[bool, int] = {}
+    compile_s: dict[bool, float] = {}
+    for i in range(blocks):
+        for on in (False, True) if i % 2 == 0 else (True, False):
+            _switch(shell, on)
+            if i == 0:
+                torch._dynamo.reset()
+                counters.clear()
+            start = time.perf_counter()
+            _run(shell, COMPILED_CELL.format(steps=3))  # (re)compiles, untimed
+            if i == 0:
+                compile_s[on] = time.perf_counter() - start
+                breaks[on] = sum(counters["graph_break"].values())
+                graphs[on] = counters["stats"]["unique_graphs"]
+            for _ in range(5):
+                _elapsed, used, _count = _timed(shell, COMPILED_CELL.format(steps=steps))
+                times[on].append(used / steps)
+    _switch(shell, False)
+    _run(shell, "del compiled_step, train_step")
+    torch._dynamo.reset()
+    off, on_ = statistics.median(times[False]), statistics.median(times[True])  # thread CPU time per step
+    return {
+        "size": size,
+        "backend": backend,
+        "off_ms_per_step": 1000 * off,
+        "on_ms_per_step": 1000 * on_,
+        "ratio": on_ / off,
+        "graph_breaks_off": breaks[False],
+        "graph_breaks_on": breaks[True],
+        "graphs_off": graphs[False],
+        "graphs_on": graphs[True],
+        "first_compile_s_off": compile_s[False],
+        "first_compile_s_on": compile_s[True],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--sizes", default=",".join(SIZES))
+    parser.add_argument("--cells", default="1,4,32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compiled", action="store_true", help="time a torch.compile'd step instead")
+    parser.add_argument("--backend", default="aot_eager")
+    parser.add_argument("--probe", action="store_true", help="time each check directly instead")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    shell = make_shell()
+    sizes = args.sizes.split(",")
+    if args.probe:
+        found = [run_probe(shell, size, n, 20) for size in sizes for n in (int(c) for c in args.cells.split(","))]
+        if args.json:
+            print(json.dumps(found, indent=2))
+            return 0
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s): host time inside each check")
+        for r in found:
+            print(
+                f"{r['size']:7} {r['steps']:3} steps: {r['checks']:5} checks, median {r['us_per_check']:6.1f} us "
+                f"[{r['us_per_check_q1']:.1f}, {r['us_per_check_q3']:.1f}], mean {r['us_per_check_mean']:6.1f} us; "
+                f"read at the cell's end {r['us_per_cell_end']:6.1f} us"
+            )
+        return 0
+    if args.compiled:
+        rows = [run_compiled(shell, size, args.backend, blocks=4, steps=16) for size in sizes]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), compiled ({args.backend})")
+        for r in rows:
+            print(
+                f"{r['size']:7} off {r['off_ms_per_step']:8.3f} ms  on {r['on_ms_per_step']:8.3f} ms  "
+                f"x{r['ratio']:.3f}  graph breaks off/on {r['graph_breaks_off']}/{r['graph_breaks_on']}  "
+                f"graphs off/on {r['graphs_off']}/{r['graphs_on']}  "
+                f"first compile off/on {r['first_compile_s_off']:.1f}/{r['first_compile_s_on']:.1f} s"
+            )
+        return 0
+    rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.rounds} interleaved rounds, medians")
+    print("cpu: the cell's thread CPU time; wall: its wall time; [q1, q3]: quartiles of the per-round figures")
+    print(
+        f"{'size':7} {'steps':>5} {'checks':>6} {'off ms/step':>11} {'cpu on/off [q1, q3]':>24} "
+        f"{'cpu us/check [q1, q3]':>26} {'wall on/off [q1, q3]':>24} {'wall us/check':>14}"
+    )
+    for r in rows:
+        c, w = r["cpu"], r["wall"]
+        print(
+            f"{r['size']:7} {r['steps']:5} {r['checks_per_cell']:6.0f} {c['off_ms_per_step']:11.3f} "
+            f"{c['ratio']:7.3f} [{c['ratio_q1']:.3f}, {c['ratio_q3']:.3f}] "
+            f"{c['us_per_check']:8.1f} [{c['us_per_check_q1']:6.1f}, {c['us_per_check_q3']:6.1f}] "
+            f"{w['ratio']:7.3f} [{w['ratio_q1']:.3f}, {w['ratio_q3']:.3f}] {w['us_per_check']:14.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
