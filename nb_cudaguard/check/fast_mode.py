@@ -18,7 +18,7 @@ from nb_cudaguard.check import render
 from nb_cudaguard.check.fast_board import BOARD
 from nb_cudaguard.check.fast_casts import CASTS
 from nb_cudaguard.check.fast_entries import PATCHES
-from nb_cudaguard.check.fast_error import FastCheckError, Rebuilds, consequences, error_from
+from nb_cudaguard.check.fast_error import FastCheckError, Rebuilds, consequences, error_from, narrowed
 from nb_cudaguard.check.fast_sites import SITES
 
 
@@ -69,9 +69,10 @@ class FastChecker:
         if not firings:
             return None
         BOARD.reset()
-        return error_from(
+        error = error_from(
             [(f, SITES.by_number.get(f.site)) for f in firings], consequences(source, self.rebuilds, self.namespace)
         )
+        return narrowed(error, self.namespace)
 
     def check(self) -> None:
         """Read the boards now and raise if a check fired (a script's own checkpoint, e.g. every N steps)."""
