@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 
 # A library's evaluation loop (as transformers' Trainer.evaluate runs one): the batch is made from a DataLoader over
 # the dataset the user handed it, so no variable of the user's holds the labels the loss receives.

@@ -18,8 +18,8 @@ from traceback import FrameSummary
 from types import ModuleType
 from typing import Any
 
-from nb_cudaguard.check.fast_board import Firing
-from nb_cudaguard.check.fast_sites import Site
+from nb_cudaguard.check.fast.board import Firing
+from nb_cudaguard.check.fast.sites import Site
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
 from nb_cudaguard.record.cellnames import analyse

@@ -24,7 +24,7 @@ from types import FrameType
 import torch
 
 from nb_cudaguard.check.context import CodeFacts, Known, Names, UserPath, code_facts, user_path, user_spots
-from nb_cudaguard.check.fast_board import MAX_SITES
+from nb_cudaguard.check.fast.board import MAX_SITES
 from nb_cudaguard.check.naming import loaded_from, user_name
 from nb_cudaguard.incident.usercode import is_user_file, users_line
 
