@@ -106,7 +106,7 @@ def _switch(shell, on: bool) -> None:
 def _timed(shell, source: str) -> tuple[float, float, int]:
     """The cell through ``run_cell``: its wall time, its thread's CPU time (what other processes on a shared
     machine disturb least: waiting for a core is not counted) and the checks it ran (the fast mode's own count)."""
-    from nb_cudaguard.check.fast_board import BOARD
+    from nb_cudaguard.check.fast.board import BOARD
 
     gc.collect()
     before = BOARD.checks
@@ -175,7 +175,8 @@ def run_probe(shell, size: str, steps: int, cells: int) -> dict:
     """The host time inside each check, measured directly in the real step: every checked entry point's check is
     timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
     boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
-    from nb_cudaguard.check import fast_entries, fast_mode
+    from nb_cudaguard.check.fast import entries as fast_entries
+    from nb_cudaguard.check.fast import mode as fast_mode
 
     vocab, width, batch, sequence, classes = SIZES[size]
     _switch(shell, False)

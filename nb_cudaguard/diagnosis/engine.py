@@ -138,7 +138,9 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     hints += codehints.hints_for(sources, static)
     named = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     hints += logwords.hints_for(incident, frozenset(named - {"other"}))
-    plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
+    # a check's error is raised by nb_cudaguard (the fast checks' at the cell's end), and always stands for a device op
+    checked_op = isinstance(incident.exception, CudaCheckError)
+    plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident) and not checked_op
     if plain_python_error and code is None and not asserted and not hints:
         if incident.health.source == "log":
             diagnosis.notes.append(

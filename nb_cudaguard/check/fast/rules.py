@@ -8,7 +8,7 @@ a count or a rate below 0 (or NaN) becomes 0, a multinomial row with nothing to 
 made non-decreasing within their limit. Where nothing fires, the op therefore sees the same values and returns
 the same result. Gradients still flow to the original tensor where it was valid (``torch.where`` keeps it there).
 
-Each function takes the site (an int from ``fast_sites``) of the argument it checks.
+Each function takes the site (an int from ``fast.sites``) of the argument it checks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from nb_cudaguard.check.conditions import offsets_out_of_order
-from nb_cudaguard.check.fast_board import BOARD, fold
+from nb_cudaguard.check.fast.board import BOARD, fold
 
 compiling = torch.compiler.is_compiling  # Dynamo folds it to True while tracing; one call in eager
 
