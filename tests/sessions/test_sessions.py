@@ -48,13 +48,6 @@ _NAMES_NO_VARIABLE = (
 KNOWN = {
     ("bert_trainer_eval_labels", "diagnose"): _NAMES_NO_VARIABLE,
     ("bert_trainer_eval_labels", "restart"): _NAMES_NO_VARIABLE,
-    ("bert_added_tokens", "check"): (
-        "not nb_cudaguard's (the same cells fail with no extension loaded, in plain python): the training cell's "
-        "`out` keeps the last step's graph, hence the word embedding's AccumulateGrad node, alive; "
-        "resize_token_embeddings assigns `weight.data` (the same Parameter), and torch's set_data drops that node "
-        "only for a new dtype or device, not a new shape, so the next backward checks the gradient against the old "
-        "[22, 32]. The restart journeys pass because `out` is not brought back"
-    ),
     ("resnet_one_based_labels", "diagnose"): _NAMES_NO_VARIABLE,
     ("resnet_one_based_labels", "restart"): _NAMES_NO_VARIABLE,
     ("embedding_unknown_words", "diagnose"): _NAMES_NO_VARIABLE,
