@@ -28,7 +28,8 @@ _REPORT_EXPR = (
 )
 # After "restart, replay and diagnose": the report the values read under %%cudacheck pinned, or None
 _PINNED_EXPR = (
-    "(lambda r: r.to_json() if r is not None and r.pinned else None)(__import__('nb_cudaguard').get_guard().last_report)"
+    "(lambda r: r.to_json() if r is not None and r.pinned else None)"
+    "(__import__('nb_cudaguard').get_guard().last_report)"
 )
 # Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
 _REPLAY_EXPR = (

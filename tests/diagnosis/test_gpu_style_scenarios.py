@@ -77,7 +77,7 @@ def test_the_one_based_labels_of_two_sources_are_read_from_the_batch_not_ranked_
     assert negative is None or negative.confidence < 0.1, _ranked(outcome)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.name not in HOST_SIDE], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_after_restart_replay_and_diagnose_the_right_family_and_variable_lead(case):
     outcome = runner.run(case, "cuda", check_last=True)
     assert outcome.top is not None and outcome.top.family == case.family, _ranked(outcome)

@@ -254,11 +254,17 @@ def nan_holders(ctx: Context, names: list[str] | None = None, limit: int = 20) -
     return holders
 
 
+def _non_finite(summary: TensorSummary) -> str:
+    """What was read, and only that: "NaN" where a NaN was counted, "inf" where an infinity was."""
+    seen = [word for word, count in (("NaN", summary.nan), ("inf", summary.inf)) if count]
+    return "holds " + " and ".join(seen)
+
+
 def nan_cause(ctx: Context, index: Named | None, evidence: list[Evidence], names: list[str] | None = None) -> Cause:
     """An index holding -9223372036854775808 (or built by casting a float that holds NaN): a NaN cast to an
     integer, not a negative id; the fix is upstream, where the NaN appears."""
     holders = nan_holders(ctx, names)
-    evidence = evidence + [ctx.tensor_evidence(h, "holds NaN/inf") for h in holders]
+    evidence = evidence + [ctx.tensor_evidence(h, _non_finite(ctx.summary(h.obj))) for h in holders]
     variable = holders[0].name if holders and index is None else (index.name if index is not None else None)
     return ctx.cause("nan_or_inf", 0.9, variable, fix_of("nan_or_inf"), evidence)
 
