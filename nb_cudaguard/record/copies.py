@@ -39,10 +39,16 @@ class Copy:
     device: weakref.ref
     source: Any  # the host tensor itself, or a weak reference to it
     held: int  # bytes held alive by this entry (0 when the source is held weakly)
+    versions: tuple[int, int]  # both tensors' version counters at the copy: a write in place since changes them
 
     def host(self) -> Any:
+        """The host tensor, while both still hold the values of the copy (neither was written in place since)."""
         source = self.source
-        return source() if isinstance(source, weakref.ref) else source
+        host = source() if isinstance(source, weakref.ref) else source
+        device = self.device()
+        if host is None or device is None or (device._version, host._version) != self.versions:
+            return None
+        return host
 
 
 class Copies:
@@ -58,8 +64,9 @@ class Copies:
 
     # --- what the diagnosis asks
     def source_of(self, tensor: Any) -> Any:
-        """The host tensor ``tensor`` was copied from, if that copy was seen and the host tensor is still alive.
-        A view of a copied tensor (``yb[:8]``, ``yb.view(-1)``) is the same view of its source."""
+        """The host tensor ``tensor`` was copied from, if that copy was seen, the host tensor is still alive and
+        neither was written in place since (their version counters say so). A view of a copied tensor (``yb[:8]``,
+        ``yb.view(-1)``) is the same view of its source."""
         found = self._source(tensor)
         if found is not None:
             return found
@@ -94,7 +101,7 @@ class Copies:
             held = source if keep else weakref.ref(source)
         except TypeError:
             return
-        self._by_id[key] = Copy(ref, held, size if keep else 0)
+        self._by_id[key] = Copy(ref, held, size if keep else 0, (result._version, source._version))
         self.held += size if keep else 0
 
     def _gone(self, key: int, _ref: weakref.ref) -> None:

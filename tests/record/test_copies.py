@@ -32,6 +32,17 @@ def test_a_copy_to_a_device_keeps_its_host_batch_after_the_name_is_rebound(copie
     assert copies.source_of(yb.view(2, 2)).tolist() == [[10, 1], [3, 2]]
 
 
+def test_a_write_in_place_on_either_side_ends_the_copy_s_word(copies):
+    labels = torch.tensor([1, 2, 3])
+    yb = labels.to("meta")
+    yb.sub_(1)  # the device now holds other values than the host batch
+    assert copies.source_of(yb) is None and copies.source_of(yb[:2]) is None
+    ids = torch.tensor([4, 5])
+    on_device = ids.to("meta")
+    ids[0] = 0  # the host batch was changed after the copy
+    assert copies.source_of(on_device) is None
+
+
 def test_cuda_and_to_with_keywords_are_seen_and_host_copies_are_not(copies):
     ids = torch.tensor([[5, 7]])
     assert copies.source_of(ids.to(device="meta", non_blocking=True)) is ids
