@@ -26,6 +26,11 @@ _REPORT_EXPR = (
     "(lambda g: g.last_report.to_json() if g.last_report is not None and g.journal.last is not None"
     " and g.last_report.incident.cell is g.journal.last else None)(__import__('nb_cudaguard').get_guard())"
 )
+# After "restart, replay and diagnose": the report the values read under %%cudacheck pinned, or None
+_PINNED_EXPR = (
+    "(lambda r: r.to_json() if r is not None and r.pinned else None)"
+    "(__import__('nb_cudaguard').get_guard().last_report)"
+)
 # Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
 _REPLAY_EXPR = (
     "__import__('json').dumps((lambda r: {'summary': r.summary(), 'text': r.to_text(), 'how': r.how, 'pid': r.pid,"
@@ -247,6 +252,7 @@ class NotebookRunner:
                     if incident["classification"] == "poisoned":
                         progress.note(f"cell {index}: the CUDA context is poisoned; restarting in place and replaying")
                         incident["replay"] = self._recover(client, cell)
+                        self._pinned(client, incident)
                         progress.note(f"cell {index}: {incident['replay'].get('summary') or incident['replay']}")
                         if self.on_poison == "skip" and not incident["replay"].get("failed"):
                             record.status = "skipped"
@@ -315,6 +321,18 @@ class NotebookRunner:
                 if attempt == attempts - 1:
                     raise
         return {}
+
+    def _pinned(self, client, incident: dict) -> None:
+        """The values read under %%cudacheck replace the ranking made before the restart: the run's report says
+        what was read, not what was guessed while the device could not be read."""
+        if incident["replay"].get("failed") or not incident["replay"].get("diagnosis"):
+            return
+        content = self._silent(client, "", {"report": _PINNED_EXPR})
+        found = content.get("user_expressions", {}).get("report", {})
+        said = ast.literal_eval(found["data"]["text/plain"]) if found.get("status") == "ok" else None
+        if said is not None:
+            report = json.loads(said)
+            incident.update(causes=report["causes"], notes=report.get("notes", []), pinned=report["pinned"])
 
     def _incident(self, client, index: int, error: str | None) -> dict:
         content = self._silent(client, "", {"report": _REPORT_EXPR})

@@ -140,6 +140,10 @@ def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
         assert statuses == ["ok", "ok", "error"]
     if mode == "diagnose":
         assert "CudaCheckError" in replay["diagnosis"] and "(y)" in replay["diagnosis"]
+        # the values read under %%cudacheck replace the ranking made while the device could not be read
+        top = incident["causes"][0]
+        assert incident["pinned"] and top["evidence"][0]["kind"] == "guard" and top["variable"] == "y"
+        assert top["evidence"][0]["values"] == [5, 6, 7] and top["confidence"] == 1.0
     else:
         assert replay["diagnosis"] is None
 
