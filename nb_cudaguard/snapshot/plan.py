@@ -97,14 +97,13 @@ def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> S
             result.notes.append(f"{label} is replayed: the objects it trained are read or built again around it")
             del candidates[seq]
     result.skips = candidates
-    for seq in candidates:
-        record = journal.by_seq(seq)
-        held = holders(record, snapshots.effects[seq]) if record is not None else set()
-        if held and record is not None:
+    for step in plan.steps:
+        held = holders(step.record, snapshots.effects[step.record.seq]) if step.record.seq in candidates else set()
+        if held:
+            label = step.record.label
             result.notes.append(
-                f"{record.label} is not run again: {', '.join(sorted(held))} is rebuilt by its cells and given what "
-                f"{record.label} trained; what else {record.label} changed in it (its own counters and logs) starts "
-                "over"
+                f"{label} is not run again: {', '.join(sorted(held))} is rebuilt by its cells and given what "
+                f"{label} trained; what else {label} changed in it (its own counters and logs) starts over"
             )
     _left_out(result, plan, snapshots, snapshot, built, in_plan)
     return result
