@@ -53,10 +53,18 @@ def integral(t) -> bool:
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
     """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
     safe = x.clamp(low, high - 1)
+    if compiling():
+        if ignore is not None and not low <= ignore < high:
+            safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
+        fold(site, x.detach(), safe.ne(x))
+        return safe
     if ignore is not None and not low <= ignore < high:
-        safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
-    if compiling() or not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
-        _fold(site, x, safe.ne(x))
+        if x.dtype == torch.int64:  # in place, no allocation: ``safe`` is the clamp's own new tensor
+            safe.masked_fill_(x.eq(ignore), ignore)
+        else:  # a narrower dtype may not hold ``ignore``; the op then raises its own dtype error, not ours
+            safe = torch.where(x.eq(ignore), x, safe)
+    if not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
+        BOARD.defer(site, x, safe.ne(x))
     return safe
 
 
