@@ -14,12 +14,11 @@ to it. That is why the plan is shown before it runs, with durations, and why cel
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nb_cudaguard.record.cellorder import bound_in
 from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.replay.inputs import inputs_text
 
 MODES = ("minimal", "all", "none")
 
@@ -122,7 +121,7 @@ class ReplayPlan:
             f"{self.recorded_seconds:.2f} s as recorded"
         ]
         lines += [_row(step) for step in self.steps] or ["  (nothing to replay)"]
-        lines += _inputs(self)
+        lines += inputs_text(self.target, self.records, self.mode)
         if self.excluded:
             lines.append("Left out:")
             lines += [_row(step) for step in self.excluded]
@@ -163,63 +162,6 @@ def _row(step: PlanStep) -> str:
     first = step.record.first_line
     first = first if len(first) <= 44 else first[:43] + "…"
     return f"  {step.record.label:>6} {step.record.duration:8.2f} s  {first:<44}  {step.reason}"
-
-
-def _inputs(plan: ReplayPlan) -> list[str]:
-    """Where the failing cell's data comes from: for each name it reads that a kept cell binds (modules aside), the
-    last kept cell before it that binds the name and the line that does, since a plan row shows only a cell's first
-    line and the line that built the bad values (``labels = torch.tensor([...])``) is the one the user wants to see
-    before choosing what to replay."""
-    if plan.target is None or plan.mode == "rebuild" or not plan.steps:
-        return []
-    reads = plan.target.names.used | plan.target.names.mutated
-    found: dict[str, tuple[CellRecord, int, str]] = {}
-    for step in plan.steps:
-        record = step.record
-        for name in (record.names.defined - record.names.imported) & reads:
-            line = _binding_line(record, name)
-            if line is not None:
-                found[name] = (record, *line)  # a later kept cell that binds it again wins
-    if not found:
-        return []
-    shown = sorted(found)[:8]
-    width = max(len(name) for name in shown)
-    lines = [f"Where the failing cell {plan.target.label} gets what it reads:"]
-    for name in shown:
-        record, number, text = found[name]
-        text = text if len(text) <= 60 else text[:59] + "…"
-        lines.append(f"  {name:<{width}}  {record.label} line {number}: {text}")
-    if len(found) > len(shown):
-        lines.append(f"  … and {len(found) - len(shown)} more")
-    return lines
-
-
-_CONDITIONAL = (ast.If, ast.While, ast.Try, *((ast.Match,) if hasattr(ast, "Match") else ()))
-
-
-def _binding_line(record: CellRecord, name: str) -> tuple[int, str] | None:
-    """The number and text of the last top-level statement of the cell that surely binds ``name`` (else the last
-    that may); None where the cell's source cannot be parsed or no statement binds it at top level."""
-    source = record.transformed if record.transformed is not None else record.source
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    sure = maybe = None  # a binding under ``if``/``while``/``try`` may not have run: the sure one is shown first
-    for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or name not in bound_in(
-            statement
-        ):
-            continue
-        if isinstance(statement, _CONDITIONAL):
-            maybe = statement
-        else:
-            sure = statement
-    hit = sure or maybe
-    if hit is None:
-        return None
-    lines = source.splitlines()
-    return hit.lineno, lines[hit.lineno - 1].strip() if hit.lineno <= len(lines) else ""
 
 
 def _magic_names(record: CellRecord) -> set[str]:
