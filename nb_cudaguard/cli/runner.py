@@ -62,17 +62,29 @@ class RunOutcome:
     cells: list[CellRun] = field(default_factory=list)
     incidents: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    code_cells: int = 0  # the notebook's code cells: those after the one the run stopped at never ran
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def cell_counts(self) -> str:
+        """What became of every code cell, the counts adding up to the notebook's: ``4 ok, 1 failed, 3 never ran
+        (the run stopped at cell 6) of 8``."""
+        counts = [(sum(c.status == "ok" for c in self.cells), "ok")]
+        counts.append((sum(c.status in ("error", "timeout", "dead_kernel") for c in self.cells), "failed"))
+        counts.append((sum(c.status == "skipped" for c in self.cells), "skipped after a restart"))
+        never = max(self.code_cells - len(self.cells), 0)
+        stopped = f" (the run stopped at cell {self.cells[-1].index})" if never and self.cells else ""
+        counts.append((never, f"never ran{stopped}"))
+        shown = [f"{n} {what}" for n, what in counts if n or what == "ok"]
+        return ", ".join(shown) + f" of {max(self.code_cells, len(self.cells))}"
+
     def to_markdown(self) -> str:
-        ran = sum(c.status == "ok" for c in self.cells)
         lines = [
             f"# nb-cudaguard run: {Path(self.notebook).name}",
             "",
             f"- result: **{self.message}** (exit code {self.exit_code})",
-            f"- cells: {ran} ok of {len(self.cells)} run, {self.seconds:.1f} s in all",
+            f"- cells: {self.cell_counts()}, {self.seconds:.1f} s in all",
             f"- executed notebook: `{self.output}`",
             "",
         ]
@@ -85,8 +97,9 @@ class RunOutcome:
                 if replay.get("diagnosis"):
                     lines += ["Diagnosis under %%cudacheck:", "", "```", replay["diagnosis"], "```", ""]
             for rank, cause in enumerate(incident.get("causes", [])[:3], 1):
-                who = f" `{cause['variable']}`" if cause.get("variable") else ""
-                lines.append(f"{rank}. `{cause['family']}`{who} ({cause['confidence']:.0%}): {cause['summary']}")
+                who = f" (in `{cause['variable']}`)" if cause.get("variable") else ""
+                tag = f"<sub>{cause['confidence']:.0%} · {cause['family']}</sub>"  # the family id: a grey tag only
+                lines.append(f"{rank}. {cause['summary']}{who} {tag}")
                 lines.append(f"   - fix: {cause['fix']}")
             lines.append("")
         lines += ["## Cells", "", "| cell | status | seconds | first line |", "|---|---|---|---|"]
@@ -223,6 +236,7 @@ class NotebookRunner:
             resources={"metadata": {"path": str(Path(self.path).resolve().parent)}},
         )
         code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        outcome.code_cells = len(code_cells)
         progress = Progress(len(code_cells), self.progress_stream)
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
         # The kernel's own fds go nowhere: everything it prints reaches the notebook through ipykernel already.

@@ -199,7 +199,9 @@ def test_the_exit_path_finds_its_carried_values_though_another_kernel_started_me
         _restart_by_manager(kernel, first_pid)  # the startup file loads nb_cudaguard, which replays
         said = run_ok(kernel, "print(int(values.sum()))")
         assert said.stdout.strip().splitlines()[-1] == "4999950000", said.stdout
-        assert "exit and auto-restart" in said.stdout and "carried 1 value(s)" in said.stdout, said.stdout
+        assert "restarted by Jupyter, after the kernel exited" in said.stdout and "carried 1 value(s)" in said.stdout, (
+            said.stdout
+        )
         assert _left(patterns) == []
 
 
