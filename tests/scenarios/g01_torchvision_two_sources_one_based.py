@@ -7,6 +7,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
+np.random.seed(0)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 imgs_a, labels_a = torch.rand(40, 3, 16, 16), torch.from_numpy(np.random.randint(1, 11, 40))  # folder A: 1..10
 imgs_b, labels_b = torch.rand(40, 3, 16, 16), torch.randint(0, 10, (40,))  # folder B: 0..9
