@@ -20,10 +20,9 @@ def inputs_text(target: CellRecord | None, kept: list[CellRecord], mode: str) ->
     reads = target.names.used | target.names.mutated
     found: dict[str, tuple[CellRecord, int, str]] = {}
     for record in kept:
-        for name in (record.names.defined - record.names.imported) & reads:
-            line = _binding_line(record, name)
-            if line is not None:
-                found[name] = (record, *line)  # a later kept cell that binds it again wins
+        wanted = (record.names.defined - record.names.imported) & reads
+        for name, (number, text) in _binding_lines(record, wanted).items():
+            found[name] = (record, number, text)  # a later kept cell that binds it again wins
     if not found:
         return []
     shown = sorted(found)[:8]
@@ -41,26 +40,28 @@ def inputs_text(target: CellRecord | None, kept: list[CellRecord], mode: str) ->
 _CONDITIONAL = (ast.If, ast.While, ast.Try, *((ast.Match,) if hasattr(ast, "Match") else ()))
 
 
-def _binding_line(record: CellRecord, name: str) -> tuple[int, str] | None:
-    """The number and text of the last top-level statement of the cell that surely binds ``name`` (else the last
-    that may); None where the cell's source cannot be parsed or no statement binds it at top level."""
+def _binding_lines(record: CellRecord, names: set[str]) -> dict[str, tuple[int, str]]:
+    """For each of ``names``, the number and text of the last top-level statement of the cell that surely binds it
+    (else the last that may); a name no statement binds at top level, or a cell that cannot be parsed, gives none.
+    The cell is parsed once for all its names."""
+    if not names:
+        return {}
     source = record.transformed if record.transformed is not None else record.source
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return None
-    sure = maybe = None  # a binding under ``if``/``while``/``try`` may not have run: the sure one is shown first
+        return {}
+    sure: dict[str, ast.stmt] = {}
+    maybe: dict[str, ast.stmt] = {}  # a binding under ``if``/``while``/``try`` may not have run: sure ones first
     for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or name not in bound_in(
-            statement
-        ):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        if isinstance(statement, _CONDITIONAL):
-            maybe = statement
-        else:
-            sure = statement
-    hit = sure or maybe
-    if hit is None:
-        return None
+        for name in bound_in(statement) & names:
+            (maybe if isinstance(statement, _CONDITIONAL) else sure)[name] = statement
     lines = source.splitlines()
-    return hit.lineno, lines[hit.lineno - 1].strip() if hit.lineno <= len(lines) else ""
+    found = {}
+    for name in names:
+        hit = sure.get(name) or maybe.get(name)
+        if hit is not None:
+            found[name] = (hit.lineno, lines[hit.lineno - 1].strip() if hit.lineno <= len(lines) else "")
+    return found
