@@ -8,7 +8,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import IPython
 import pytest
 from kernel_helpers import ENV, run_ok, state, value
 
@@ -71,22 +70,12 @@ def _die_at(where: str, site: Path) -> str:
     return f"import os\nos.environ['PYTHONPATH'] = {str(site)!r} + os.pathsep + os.environ['PYTHONPATH']"
 
 
-# The killed kernel's handoff was sometimes removed as left behind before the next start could refuse it, and then
-# nothing was said at the next cell: seen on the oldest pair (IPython 7.34, ipykernel 6.17) and once on the newest,
-# each time while other test suites ran on the same machine, whose kernels remove a dead kernel's files from the
-# shared runtime directory (rightly: no process can take them). The fixture now gives each test its own runtime
-# directory; the mark stays non-strict on the oldest pair until CI has run it clean there.
-_OLDEST_SAYS_NOTHING = pytest.mark.xfail(
-    IPython.version_info < (8,), strict=False, reason="the oldest pair may remove the dead kernel's handoff unsaid"
-)
-
-
 @pytest.mark.parametrize(
     ("where", "said_after"),
     [
         ("end_children", ""),  # between the space reserved for the handoff and its write: nothing to refuse
-        pytest.param("exec_self", "refused the restart handoff", marks=_OLDEST_SAYS_NOTHING),  # the exec window
-        pytest.param("new_image", "refused the restart handoff", marks=_OLDEST_SAYS_NOTHING),  # right after the exec
+        ("exec_self", "refused the restart handoff"),  # the exec window
+        ("new_image", "refused the restart handoff"),  # right after the exec
         ("handoff_taken", ""),  # during the load: the handoff consumed, the carried values not yet read
     ],
 )
