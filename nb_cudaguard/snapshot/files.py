@@ -117,6 +117,7 @@ def prepare(
             r.path: {"kind": r.kind, "cls": r.cls, "state": r.state} for r in snapshot.roots if r.path in restored
         },
         "rng": {seq: snapshots.effects[seq].rng for seq in decided.skips},
+        "held": {top: snapshot.held[top].content() for top in decided.held},
     }
     directory = directory_for(binding, carry_place.choose_root(2 * snapshot.nbytes))
     directory.mkdir(mode=0o700)

@@ -119,13 +119,13 @@ def _visit(value: Any, path: str, top: str, depth: int, torch: Any, found: list,
     elif isinstance(value, (list, tuple)) and len(value) <= _CONTAINER_LIMIT:
         for index, item in enumerate(value):
             _visit(item, f"{path}[{index}]", top, depth + 1, torch, found, seen, budget)
-    elif _plain_object(value):
+    elif plain_object(value):
         for attribute, item in list(vars(value).items()):
             if attribute.isidentifier() and not attribute.startswith("__"):
                 _visit(item, f"{path}.{attribute}", top, depth + 1, torch, found, seen, budget)
 
 
-def _plain_object(value: Any) -> bool:
+def plain_object(value: Any) -> bool:
     """An instance of a user's class (a trainer, a config holding a model), whose attributes may hold state."""
     module = getattr(type(value), "__module__", "") or ""
     return hasattr(value, "__dict__") and module.split(".")[0] not in _SKIP_MODULES and not module.startswith("torch")

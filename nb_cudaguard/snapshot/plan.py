@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.replay.plan import ReplayPlan, module_names
+from nb_cudaguard.snapshot.held import holders as called_holders
 from nb_cudaguard.snapshot.store import CellEffect, Snapshot, Snapshots, age_text, size_text
 
 
@@ -37,6 +38,7 @@ class SnapshotPlan:
     skips: dict[int, list[str]] = field(default_factory=dict)  # seq of a skipped cell of the plan -> what it trained
     left_out: dict[int, list[str]] = field(default_factory=dict)  # the same, for training cells the plan leaves out
     extra: list[str] = field(default_factory=list)  # paths trained only by left-out cells: restored at the end
+    held: list[str] = field(default_factory=list)  # names given back what the skipped cells' calls set in them
     labels: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -99,14 +101,26 @@ def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> S
     result.skips = candidates
     for step in plan.steps:
         held = holders(step.record, snapshots.effects[step.record.seq]) if step.record.seq in candidates else set()
-        if held:
-            label = step.record.label
-            result.notes.append(
-                f"{label} is not run again: {', '.join(sorted(held))} is rebuilt by its cells and given what "
-                f"{label} trained; what else {label} changed in it (its own counters and logs) starts over"
-            )
+        for top in sorted(held):
+            result.notes.append(_holder_note(step.record.label, top, snapshot))
+            if top in snapshot.held and top not in result.held:
+                result.held.append(top)
     _left_out(result, plan, snapshots, snapshot, built, in_plan)
     return result
+
+
+def _holder_note(label: str, top: str, snapshot: Snapshot) -> str:
+    kept = snapshot.held.get(top)
+    if kept is None:
+        return (
+            f"{label} is not run again: {top} is rebuilt by its cells and given what {label} trained; what else "
+            f"{label} set in it (its own optimizer, counters and logs) starts over"
+        )
+    public = [name for name in kept.names if not name.startswith("_")]
+    private = len(kept.names) - len(public)
+    names = ", ".join(public) + (f" and {private} of its own" if private else "")
+    return f"{label} is not run again: {top} is rebuilt by its cells and given what {label} trained and set in it " \
+        f"({names})"  # fmt: skip
 
 
 def only_bound_by(plan: ReplayPlan, journal: Journal, snapshots: Snapshots, present: Iterable[str]) -> dict[str, int]:
@@ -190,15 +204,10 @@ def _why_not(
 
 
 def holders(record: CellRecord, effect: CellEffect) -> set[str]:
-    """The names the cell changed only by calling them (``trainer.train()``), and inside which the snapshot saw
-    what the call did to the GPU state: it trained objects there, or built them there (a ``Trainer`` builds its
-    optimizer and scheduler inside ``train()``). Replay rebuilds such an object and the snapshot gives it what
-    was trained; what else the call changed in it (a ``Trainer``'s step counter and log history) is as the rebuild
-    leaves it, which the plan says (``snapshot_plan``) instead of training again."""
-    names = record.names
-    called = names.call_mutated - names.defined - names.rebound
-    inside = {effect.tops[path] for path in (*effect.trained, *effect.constructed) if "." in path or "[" in path}
-    return called & inside
+    """The names the cell changed only by calling them (``held.holders``): replay rebuilds such an object, the
+    snapshot gives it what was trained, and what the call set in it (a ``Trainer``'s optimizer, scheduler and
+    state) where the snapshot could keep it."""
+    return called_holders(record.names, [*effect.trained, *effect.constructed], effect.tops)
 
 
 def _reads_after(steps: list[CellRecord], target: CellRecord) -> dict[int, set[str]]:

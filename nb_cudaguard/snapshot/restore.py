@@ -22,6 +22,7 @@ from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.replay.plan import PlanStep, ReplayPlan
 from nb_cudaguard.snapshot.copy import set_rng_states
 from nb_cudaguard.snapshot.files import SnapshotManifest, load
+from nb_cudaguard.snapshot.held import put_back
 from nb_cudaguard.snapshot.store import size_text
 
 
@@ -33,6 +34,7 @@ class Restorer:
         self.loaded = False
         self.skipped: list[int] = []
         self.problems: dict[str, str] = {}  # path -> why it was not loaded
+        self.held: dict[str, list[str]] = {}  # name -> the attributes given back (``held``)
         self.failure: str | None = None
         self.load_seconds = 0.0
         self._content: dict[str, Any] | None = None
@@ -97,6 +99,8 @@ class Restorer:
         self._check(namespace, set(self.manifest.extra))  # objects only cells the plan leaves out trained
         if self._content is None:
             return
+        if self.skipped:
+            self._put_held(namespace, self._content.get("held", {}))
         restored = self._restored() - set(self.problems)
         for path in sorted(restored):
             try:
@@ -105,6 +109,15 @@ class Restorer:
                 self.problems[path] = f"loading failed ({type(exc).__name__}: {exc})"
         self.load_seconds = time.perf_counter() - begun
         self._content = None
+
+    def _put_held(self, namespace: dict, held: dict[str, Any]) -> None:
+        """Give the rebuilt objects what the skipped cells' calls set in them (before the roots are loaded: the
+        optimizer a ``Trainer`` built is among them)."""
+        for top, content in sorted(held.items()):
+            try:
+                self.held[top] = put_back(namespace[top], content)
+            except Exception as exc:  # the rebuilt object lacks a path the pickle names: its own state starts over
+                self.problems[f"what the skipped cells set in {top}"] = f"{type(exc).__name__}: {exc}"
 
     def _restored(self) -> set[str]:
         return {p for seq in self.skipped for p in self.manifest.skips[seq]} | set(self.manifest.extra)
@@ -124,6 +137,7 @@ class Restorer:
         if self.failure is not None:
             return f"snapshot not used: {self.failure}; the training cells were replayed"
         restored = sorted(self._restored() - set(self.problems))
+        restored += [f"{top}.{name}" for top, names in sorted(self.held.items()) for name in names if name[0] != "_"]
         text = ""
         if restored:
             cells = ", ".join(labels.get(seq, f"#{seq}") for seq in self.skipped)

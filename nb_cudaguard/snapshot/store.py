@@ -28,6 +28,7 @@ from nb_cudaguard.carry.place import memory_available
 from nb_cudaguard.record.journal import CellRecord
 from nb_cudaguard.snapshot.copy import Copier, Copies, NotSnapshotable, RootState, rng_states
 from nb_cudaguard.snapshot.find import Root, find_roots, fingerprint, may_change_roots, tensors_of
+from nb_cudaguard.snapshot.held import Attributes, HeldAttributes, holders
 
 # The copy's expected cost before one has been measured: pinned device-to-host copies reach 10-25 GB/s, a host
 # memcpy more, so 2 GB/s is on the safe (slow) side; and a fixed cost per tensor (the call, the allocation), which
@@ -61,10 +62,11 @@ class Snapshot:
     copies: Copies
     tensors: int = 0
     hook_seconds: float = 0.0
+    held: dict[str, HeldAttributes] = field(default_factory=dict)  # name -> the attributes calls set inside it
 
     @property
     def nbytes(self) -> int:
-        return sum(root.nbytes for root in self.roots)
+        return sum(root.nbytes for root in self.roots) + sum(h.nbytes for h in self.held.values())
 
 
 class Snapshots:
@@ -76,6 +78,7 @@ class Snapshots:
         self.confirmed: Snapshot | None = None
         self.pending: Snapshot | None = None
         self.refused: dict[str, str] = {}  # path -> why it is not kept
+        self.attributes = Attributes()  # what calls set inside the namespace's objects (``held``)
         self.deferred = ""  # why the last change is not covered yet ("" when it is)
         self._last: dict[str, tuple[int, tuple]] = {}  # path -> (id, fingerprint) after the last cell
         self._dirty_seconds = 0.0  # time of the cells that changed the state since the last snapshot
@@ -129,13 +132,15 @@ class Snapshots:
             return  # the walk below costs what the namespace holds: only after a cell that can have changed it
         roots = find_roots(namespace, hidden)
         effect = self._effect(roots)
+        called = holders(record.names, [*effect.trained, *effect.constructed], effect.tops)
+        self.attributes.after_cell(called, namespace)
         if effect.constructed or effect.trained:
             effect.rng = rng_states()
             self.effects[record.seq] = effect
             if len(self.effects) > _EFFECTS_KEPT:
                 del self.effects[min(self.effects)]
             self._dirty_seconds += record.duration
-            self._maybe_take(record, roots, max_bytes, max_fraction, effect.rng)
+            self._maybe_take(record, roots, namespace, max_bytes, max_fraction, effect.rng)
         self.hook_seconds += time.perf_counter() - begun
 
     def _effect(self, roots: list[Root]) -> CellEffect:
@@ -177,7 +182,9 @@ class Snapshots:
                 break
         return 0
 
-    def _maybe_take(self, record: CellRecord, roots: list[Root], max_bytes: int, fraction: float, rng: dict) -> None:
+    def _maybe_take(
+        self, record: CellRecord, roots: list[Root], namespace: dict, max_bytes: int, fraction: float, rng: dict
+    ) -> None:
         tensors = _unique(t for root in roots for t in tensors_of(root))
         size = sum(int(t.numel() * t.element_size()) for t in tensors)
         expected = self.expected_seconds(size, len(tensors))
@@ -203,15 +210,23 @@ class Snapshots:
         states: list[RootState] = []
         self.copier.prepare(roots)
         with self.copier.batch() as copies:
+            kept, refused = self.attributes.capture(namespace, self.copier.to_host)
+            inside = {f"{top}.{name}" for top, held in kept.items() for name in held.names}
             for root in roots:
+                if _under(root.path, inside):  # in the pickle of what a call set (``held``), tensors and all
+                    continue
                 try:
                     states.append(self.copier.capture(root))
                 except NotSnapshotable as exc:
                     self.refused[root.path] = str(exc)
                 except Exception as exc:  # a state_dict that fails: that object is rebuilt by replay
                     self.refused[root.path] = f"its state could not be read ({type(exc).__name__}: {exc})"
+        self.attributes.taken()
+        for top, why in refused.items():
+            self.refused[f"what calls set in {top}"] = why
         identities = {root.path: id(root.obj) for root in roots if root.path not in self.refused}
         snapshot = Snapshot(record.seq, record.label, time.time(), states, identities, rng, copies, len(tensors))
+        snapshot.held = kept
         snapshot.hook_seconds = time.perf_counter() - started
         self.pending, self.deferred, self._dirty_seconds = snapshot, "", 0.0
         self.poll()
@@ -239,6 +254,10 @@ class Snapshots:
         if self.refused:
             text += "; not kept: " + "; ".join(f"{path} ({why})" for path, why in sorted(self.refused.items()))
         return text
+
+
+def _under(path: str, prefixes: set[str]) -> bool:
+    return any(path == p or path.startswith((f"{p}.", f"{p}[")) for p in prefixes)
 
 
 def _unique(tensors: Any) -> list[Any]:

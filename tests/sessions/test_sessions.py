@@ -48,8 +48,6 @@ _TRAINER_STARTS_OVER = (
     "and the digest of the trainer's own state differs"
 )
 KNOWN = {
-    ("bert_trainer_eval_labels", "diagnose"): _TRAINER_STARTS_OVER,
-    ("bert_trainer_eval_labels", "restart"): _TRAINER_STARTS_OVER,
 }
 
 
