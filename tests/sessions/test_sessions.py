@@ -38,25 +38,10 @@ def start(tmp_path):
         kernel.close()
 
 
-# Journeys that fail today, each for a product fault still open (issue 28); strict, so that
-# the day one passes, the mark must go. The rest of each journey is sound: run with the fault worked around, it
-# passes end to end.
-_TRAINER_STARTS_OVER = (
-    "after the restart the Trainer's training cell is skipped and the model restored bit for bit, but the optimizer "
-    "and scheduler that trainer.train() built inside the trainer, and its step counter, are not in the rebuilt "
-    "trainer (the snapshot can fill objects the replay rebuilds, not build them): the plan says they start over, "
-    "and the digest of the trainer's own state differs"
-)
-KNOWN = {
-}
-
-
 def _journeys():
     for notebook in NOTEBOOKS:
         for journey in sorted(JOURNEYS):
-            why = KNOWN.get((notebook.name, journey))
-            marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
-            yield pytest.param(notebook, journey, marks=marks, id=f"{notebook.name}-{journey}")
+            yield pytest.param(notebook, journey, id=f"{notebook.name}-{journey}")
 
 
 @pytest.mark.parametrize(("notebook", "journey"), list(_journeys()))

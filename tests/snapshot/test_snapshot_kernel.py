@@ -153,3 +153,87 @@ def test_a_rebuilt_model_of_another_shape_is_trained_again_and_the_report_says_w
         assert "sched (trained again by a cell that runs because of another object)" in said, said
         assert counter.read_text() == "trained\ntrained\n"  # it ran again, on the rebuilt model
         assert value(kernel, "tuple(model[0].weight.shape)") == (16, 8)
+
+
+# As transformers' Trainer: the optimizer, its scheduler (which patches the optimizer's ``step`` on the instance) and
+# the bookkeeping are built inside train(); a callback is handed the optimizer, and a weak reference points to the
+# batch list train() made. `hook` stands for what cannot be pickled (a closure), set only when asked.
+MINI_TRAINER = """import weakref
+
+
+class Callbacks:
+    optimizer = None
+
+
+class MiniTrainer:
+    def __init__(self, model, closure=False):
+        self.model, self.callbacks, self.closure = model, Callbacks(), closure
+
+    def train(self):
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
+        self.callbacks.optimizer = self.optimizer
+        batches = [x, x + 1]
+        self.last_batches = weakref.ref(self.callbacks)  # reaches an object the rebuilt trainer has again
+        self.gone = weakref.ref(type("Batches", (), {})())  # and one that is not kept
+        self.global_step = 0
+        for batch in batches * 3:
+            self.optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(self.model(batch), y).backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.global_step += 1
+        if self.closure:
+            self.hook = lambda: self.global_step
+
+
+def trainer_digest():
+    def h(t):
+        return hashlib.sha256(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:20]
+
+    state = trainer.optimizer.state_dict()
+    return {
+        "opt": {k: {n: h(v) if torch.is_tensor(v) else v for n, v in s.items()} for k, s in state["state"].items()},
+        "bound": all(a is b for a, b in zip(trainer.optimizer.param_groups[0]["params"], model.parameters())),
+        "sched": repr(trainer.scheduler.state_dict()),
+        "one optimizer": trainer.scheduler.optimizer is trainer.optimizer,
+        "step": trainer.global_step,
+        "params": [h(p) for p in model.parameters()],
+    }
+"""
+
+
+@pytest.mark.parametrize("closure", [False, True], ids=["kept", "a-closure-not-kept"])
+def test_what_train_set_inside_a_trainer_comes_back_in_the_rebuilt_trainer(tmp_path, closure):
+    """``trainer.train()`` builds the optimizer and the scheduler inside the trainer: after the restart the training
+    cell is skipped, and the rebuilt trainer has them again, bound to the rebuilt model's parameters, bit for bit,
+    with its step counter; training goes on from there. An attribute that cannot be pickled keeps them from coming
+    back, and the summary says so."""
+    counter = tmp_path / "trained.log"
+    with KernelSession(extra_env=ENV) as kernel:
+        run_ok(kernel, "%load_ext nb_cudaguard")
+        cells = notebook(str(counter), MODEL, simulate=True)[:2]
+        cells += [
+            MODEL,
+            "x = torch.randn(64, 8).to(device)\ny = torch.randint(0, 4, (64,)).to(device)",
+            MINI_TRAINER.replace("import weakref", "import hashlib\nimport weakref"),
+            f"trainer = MiniTrainer(model, closure={closure})",
+            "trainer.train()\ntime.sleep(0.3)\nnote_training()",
+        ]
+        for cell in cells:
+            run_ok(kernel, cell)
+        trained = value(kernel, "trainer_digest()")
+        failing = kernel.run("trainer.model(x)[:, torch.full((64,), 7, device=device)].sum()")
+        assert failing.status == "error" and "device-side assert" in failing.error["evalue"]
+        said = _restart(kernel)
+        assert counter.read_text() == "trained\n"  # not trained again
+        if closure:
+            assert "starts over" in said, said
+            assert value(kernel, "hasattr(trainer, 'optimizer')") is False
+            return
+        assert "trainer.optimizer" in said and "trainer.scheduler" in said, said
+        assert value(kernel, "trainer_digest()") == trained
+        assert value(kernel, "trainer.callbacks.optimizer is None and trainer.gone() is None") is True
+        assert value(kernel, "trainer.last_batches() is trainer.callbacks") is True
+        run_ok(kernel, "trainer.train()")  # and training goes on
+        assert value(kernel, "trainer.global_step") == 6
