@@ -142,8 +142,10 @@ def _walk(
     obj: Any, skipped: set[str], within: dict[int, type] | None = None
 ) -> dict[int, tuple[tuple[Step, ...], type]]:
     """What ``obj`` reaches through its attributes but ``skipped``, each object once with its shortest path from
-    ``obj`` and its type (a module's parameters and buffers by name, not its insides); with ``within``, only
-    through objects it holds (by identity and type: what ``obj`` reached before a call)."""
+    ``obj`` and its type, a module as a whole (its insides are the module's). With ``within``, only through the
+    objects it holds (by identity and type: what ``obj`` reached before a call), and with a module's parameters
+    and buffers by name: the replay rebuilds them with the module. Without it (after every cell), the walk stays
+    cheap: no module is looked into."""
     torch = sys.modules["torch"]
     found: dict[int, tuple[tuple[Step, ...], type]] = {id(obj): ((), type(obj))}
     queue: deque[tuple[Any, tuple[Step, ...]]] = deque(
@@ -157,9 +159,9 @@ def _walk(
             continue
         found[id(value)] = (path, type(value))
         if isinstance(value, torch.nn.Module):
-            for step, tensors in (("param", value.named_parameters()), ("buffer", value.named_buffers())):
-                for name, tensor in tensors:
-                    if within is None or within.get(id(tensor)) is type(tensor):
+            if within is not None:  # a module there before has its parameters again, by name, once rebuilt
+                for step, tensors in (("param", value.named_parameters()), ("buffer", value.named_buffers())):
+                    for name, tensor in tensors:
                         found.setdefault(id(tensor), ((*path, (step, name)), type(tensor)))
             continue
         if len(path) >= _DEPTH or isinstance(value, torch.Tensor):
