@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nb_cudaguard.diagnosis import checked
+from nb_cudaguard.diagnosis import calibration, checked
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.diagnosis.evidence import (
     classes,
@@ -161,7 +161,7 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = _rank(asserted, hints, found, ranking)
+    diagnosis.causes = calibration.exclusive(_rank(asserted, hints, found, ranking))
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 
