@@ -84,7 +84,7 @@ def _timed_block(model, optimizer, data, mode: str, steps: int) -> list[float]:
     dispatch mode entered and left around every step, as the every-cell exact mode does. Replacing methods of
     ``torch.Tensor`` invalidates CPython's attribute caches, so the first fast step after putting the entry points
     in place is slower; it is run untimed, since ``check on`` happens once, not once per cell."""
-    from nb_cudaguard.check.fast_mode import FastChecker
+    from nb_cudaguard.check.fast.mode import FastChecker
 
     if mode not in ("fast", "fast_loop"):
         return [_timed_step(model, optimizer, data, _checker(mode)) for _ in range(steps)]

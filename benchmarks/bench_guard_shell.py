@@ -14,13 +14,17 @@ not assumed.
 ``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
 cell's end, in the same cells with the checks on.
 
+``--warm`` times the two checked calls alone in a tight loop inside one real cell (``F.embedding`` and
+``F.cross_entropy`` on tiny tensors, ``--loop`` iterations), the checks off and on in alternate cells: what a
+check costs when its code and data stay in the caches, the floor under the figures above.
+
 ``--compiled`` times a ``torch.compile``'d training step (``--backend``, default ``aot_eager``) with the checks on and
 off: the step time ratio, and the graph breaks and graphs Dynamo reports for each
 (``torch._dynamo.utils.counters``). Switching the checks on drops compiled code (it must recompile with the checks),
 so the states alternate in blocks, each recompiled and warmed untimed before it is timed.
 
     PYTHONPATH=. python benchmarks/bench_guard_shell.py [--rounds 15] [--sizes tiny,issue,medium,large]
-        [--cells 1,4,32] [--probe] [--compiled [--backend aot_eager|inductor]] [--json]
+        [--cells 1,4,32] [--probe] [--warm [--loop 100]] [--compiled [--backend aot_eager|inductor]] [--json]
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ def _switch(shell, on: bool) -> None:
 def _timed(shell, source: str) -> tuple[float, float, int]:
     """The cell through ``run_cell``: its wall time, its thread's CPU time (what other processes on a shared
     machine disturb least: waiting for a core is not counted) and the checks it ran (the fast mode's own count)."""
-    from nb_cudaguard.check.fast_board import BOARD
+    from nb_cudaguard.check.fast.board import BOARD
 
     gc.collect()
     before = BOARD.checks
@@ -175,7 +179,8 @@ def run_probe(shell, size: str, steps: int, cells: int) -> dict:
     """The host time inside each check, measured directly in the real step: every checked entry point's check is
     timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
     boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
-    from nb_cudaguard.check import fast_entries, fast_mode
+    from nb_cudaguard.check.fast import entries as fast_entries
+    from nb_cudaguard.check.fast import mode as fast_mode
 
     vocab, width, batch, sequence, classes = SIZES[size]
     _switch(shell, False)
@@ -224,6 +229,53 @@ def run_probe(shell, size: str, steps: int, cells: int) -> dict:
         "us_per_check_q3": q3,
         "us_per_check_mean": statistics.mean(spent) / 1000,
         "us_per_cell_end": statistics.median(reads) / 1000,
+    }
+
+
+WARM_SETUP = """
+import time, torch, torch.nn.functional as F
+_w = torch.randn(100, 8); _ids = torch.randint(0, 100, (4, 8))
+_logits = torch.randn(16, 10); _y = torch.randint(0, 10, (16,))
+"""
+WARM_CELL = """
+_start = time.thread_time()
+for _ in range({loop}):
+    F.embedding(_ids, _w); F.cross_entropy(_logits, _y)
+_took = time.thread_time() - _start
+"""
+
+
+def run_warm(shell, rounds: int, loop: int) -> dict:
+    """The checked calls in a tight loop, timed inside the cell (the cell's own per-run work is not in it); the
+    checks off and on in turn, the order alternating every round. ``loop`` below 128 keeps every check held
+    until the cell's end (no fold mid-cell), as in a cell of a few training steps."""
+    from nb_cudaguard.check.fast.board import BOARD
+
+    _run(shell, WARM_SETUP)
+    cell = WARM_CELL.format(loop=loop)
+    took: dict[bool, list[float]] = {False: [], True: []}
+    checks = []
+    for index in range(rounds):
+        for on in (False, True) if index % 2 == 0 else (True, False):
+            _switch(shell, on)
+            _run(shell, cell)  # untimed: the first run after switching refills CPython's caches
+            before = BOARD.checks
+            _run(shell, cell)
+            took[on].append(shell.user_ns["_took"])
+            if on:
+                checks.append(BOARD.checks - before)
+    _switch(shell, False)
+    added = sorted((b - a) / c * 1e6 for a, b, c in zip(took[False], took[True], checks, strict=True))
+    median, q1, q3 = _quartiles(added)
+    calls = 2 * loop
+    return {
+        "checks_per_cell": statistics.median(checks),
+        "off_us_per_call": 1e6 * statistics.median(took[False]) / calls,
+        "on_us_per_call": 1e6 * statistics.median(took[True]) / calls,
+        "us_per_check": median,
+        "us_per_check_q1": q1,
+        "us_per_check_q3": q3,
+        "us_per_check_min": added[0],
     }
 
 
@@ -282,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiled", action="store_true", help="time a torch.compile'd step instead")
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--probe", action="store_true", help="time each check directly instead")
+    parser.add_argument("--warm", action="store_true", help="time the checked calls alone, in a tight loop")
+    parser.add_argument("--loop", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     import torch
@@ -301,6 +355,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"[{r['us_per_check_q1']:.1f}, {r['us_per_check_q3']:.1f}], mean {r['us_per_check_mean']:6.1f} us; "
                 f"read at the cell's end {r['us_per_cell_end']:6.1f} us"
             )
+        return 0
+    if args.warm:
+        warm = run_warm(shell, args.rounds, args.loop)
+        if args.json:
+            print(json.dumps(warm, indent=2))
+            return 0
+        print(
+            f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), warm loop of {args.loop}, "
+            f"{args.rounds} interleaved rounds: {warm['checks_per_cell']:.0f} checks a cell; a call off "
+            f"{warm['off_us_per_call']:.1f} us, on {warm['on_us_per_call']:.1f} us; added per check: median "
+            f"{warm['us_per_check']:.1f} us [{warm['us_per_check_q1']:.1f}, {warm['us_per_check_q3']:.1f}], "
+            f"min {warm['us_per_check_min']:.1f} us"
+        )
         return 0
     if args.compiled:
         rows = [run_compiled(shell, size, args.backend, blocks=4, steps=16) for size in sizes]

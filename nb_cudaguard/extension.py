@@ -301,7 +301,7 @@ class CudaGuard(Configurable):
             self.last_report = report
         if self._should_show(report):
             self.show(report)
-        fast = sys.modules.get("nb_cudaguard.check.fast_error")  # loaded if a fast check can have fired
+        fast = sys.modules.get("nb_cudaguard.check.fast.error")  # loaded if a fast check can have fired
         if fast is not None and isinstance(error, fast.FastCheckError):
             self._offer_choices(record, error)
 

@@ -73,6 +73,20 @@ def test_a_cpu_index_error_is_explained_without_a_restart(shell, capsys):
     assert "no restart needed" in capsys.readouterr().out
 
 
+def test_a_report_does_not_keep_alive_what_the_user_lets_go(shell, capsys):
+    """The failing cell's namespace is read by the diagnosis, never copied into the report: a value the user drops
+    afterwards (a graph held by ``out``, a big tensor after an out-of-memory error) is freed at once."""
+    torch = pytest.importorskip("torch")
+    shell.user_ns["torch"] = torch
+    shell.run_cell("import weakref\nout = torch.ones(3, requires_grad=True) * 2", store_history=True)
+    shell.run_cell(
+        "loss = torch.nn.functional.cross_entropy(torch.randn(2, 3), torch.tensor([0, 5]))", store_history=True
+    )
+    assert nb_cudaguard.get_guard(shell).last_report is not None  # a report was made, and is kept
+    shell.run_cell("held = weakref.ref(out)\nout = None\nimport gc; gc.collect()", store_history=True)
+    assert shell.user_ns["held"]() is None
+
+
 def test_a_simulated_device_assert_is_poisoned_with_its_assertion(shell, capsys):
     pytest.importorskip("torch")
     shell.run_cell("import torch\n%cudaguard simulate on", store_history=True)

@@ -154,7 +154,7 @@ def probabilities_in_unit_interval(
             stats=minmax(t),
             passes=lambda s: s[0] >= 0.0 and s[1] <= 1.0,
             bad_mask=lambda: ~((t >= 0) & (t <= 1)),
-            problem="has {count} value(s) outside [0, 1] (NaN included)",
+            problem="has {count} value(s) outside [0, 1] or NaN",  # what fails, not a claim that a NaN was read
             valid_range="[0, 1]",
             range_source=range_source,
             fix=fix,

@@ -7,7 +7,7 @@ post-run hook sees the ``CudaCheckError`` as the cell's error. The options are d
 ``magic_arguments``, so ``%%cudacheck?`` lists them as IPython's own magics do.
 
 The every-cell checks come in two modes. The fast mode (the default) puts the fast entry points in place once,
-when switched on, and ends every cell with a read of the device-side boards (``fast_cell``): one synchronisation
+when switched on, and ends every cell with a read of the device-side boards (``fast.cell``): one synchronisation
 per cell. The exact mode enters the dispatch mode in ``pre_run_cell`` and leaves it in ``post_run_cell``, which
 IPython calls after failing cells too; leaving tolerates modes the user pushed on top meanwhile (``Checker.leave``).
 """
@@ -29,8 +29,8 @@ from nb_cudaguard.incident.usercode import note_filename
 if TYPE_CHECKING:  # the mode imports torch; the magics are registered in shells that may never use it
     from IPython.core.interactiveshell import InteractiveShell
 
-    from nb_cudaguard.check.fast_error import Rebuilds
-    from nb_cudaguard.check.fast_mode import FastChecker
+    from nb_cudaguard.check.fast.error import Rebuilds
+    from nb_cudaguard.check.fast.mode import FastChecker
     from nb_cudaguard.check.mode import Checker
 
 
@@ -93,7 +93,7 @@ class EveryCell:
                 self.fired(error)
 
     def finish_cell(self) -> BaseException | None:
-        """Read the boards once for this cell (``fast_cell.cell_end`` or ``post_run_cell``)."""
+        """Read the boards once for this cell (``fast.cell.cell_end`` or ``post_run_cell``)."""
         self.ended = True
         if self.fast_checker is None:
             return None
@@ -121,8 +121,8 @@ class EveryCell:
             self.checker = None
 
     def _enter_fast(self) -> None:
-        from nb_cudaguard.check.fast_cell import CURRENT, install
-        from nb_cudaguard.check.fast_mode import FastChecker
+        from nb_cudaguard.check.fast.cell import CURRENT, install
+        from nb_cudaguard.check.fast.mode import FastChecker
 
         self.fast_checker = FastChecker(namespace=self.shell.user_ns, rebuilds=self.rebuilds).__enter__()
         self.ended = False  # the cell switching the checks on has no cell_end: its post_run_cell reads instead
@@ -132,7 +132,7 @@ class EveryCell:
     def _leave_fast(self) -> None:
         if self.fast_checker is None:
             return
-        from nb_cudaguard.check.fast_cell import CURRENT, uninstall
+        from nb_cudaguard.check.fast.cell import CURRENT, uninstall
 
         uninstall(self.shell)
         if self in CURRENT:

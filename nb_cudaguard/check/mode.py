@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from nb_cudaguard.check import render
 from nb_cudaguard.check.conditions import Check, Condition, cast_condition, mark_nan_cast
 from nb_cudaguard.check.context import Names, describe_line, user_frame, user_path
-from nb_cudaguard.check.fast_board import BOARD
+from nb_cudaguard.check.fast.board import BOARD
 from nb_cudaguard.check.naming import user_name
 from nb_cudaguard.check.ops import CHECKS
 from nb_cudaguard.errors import CudaCheckError

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import sys
 from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import Any
@@ -45,6 +46,24 @@ def user_name(names: Names, obj: Any, read_values: bool = True) -> str | None:
         if found is not None:
             return found
     return names.name_of(obj)
+
+
+def loaded_from(inner: FrameType | None, names: Names, outer: FrameType | None) -> str | None:
+    """The user's dataset that a loop of the code they called was reading when the op ran, for an argument no
+    variable of theirs holds. A library's training or evaluation loop (transformers' ``Trainer.evaluate``) builds
+    each batch from a ``DataLoader`` over the dataset the user handed it: the loader a running frame holds, and its
+    dataset, are what the batch came from. Frames from ``inner`` outward to ``outer`` (the user's line), innermost
+    loader first; the name is found by identity, so nothing is read from the device."""
+    data = sys.modules.get("torch.utils.data")
+    frame = inner
+    while data is not None and frame is not None and frame is not outer:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, data.DataLoader):
+                found = names.name_of(value.dataset) or names.name_of(value)
+                if found is not None:
+                    return found
+        frame = frame.f_back
+    return None
 
 
 def _by_identity(scopes: list[dict], obj: Any) -> str | None:

@@ -24,7 +24,7 @@ import types
 from typing import Any, cast
 
 from nb_cudaguard.check.context import Known, code_facts
-from nb_cudaguard.check.fast_error import FastCheckError
+from nb_cudaguard.check.fast.error import FastCheckError
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.incident.usercode import from_running_cell
 

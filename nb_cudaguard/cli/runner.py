@@ -26,6 +26,11 @@ _REPORT_EXPR = (
     "(lambda g: g.last_report.to_json() if g.last_report is not None and g.journal.last is not None"
     " and g.last_report.incident.cell is g.journal.last else None)(__import__('nb_cudaguard').get_guard())"
 )
+# After "restart, replay and diagnose": the report the values read under %%cudacheck pinned, or None
+_PINNED_EXPR = (
+    "(lambda r: r.to_json() if r is not None and r.pinned else None)"
+    "(__import__('nb_cudaguard').get_guard().last_report)"
+)
 # Runs in the restarted process once its replay is done (requests sent during a restart wait for it).
 _REPLAY_EXPR = (
     "__import__('json').dumps((lambda r: {'summary': r.summary(), 'text': r.to_text(), 'how': r.how, 'pid': r.pid,"
@@ -57,17 +62,29 @@ class RunOutcome:
     cells: list[CellRun] = field(default_factory=list)
     incidents: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    code_cells: int = 0  # the notebook's code cells: those after the one the run stopped at never ran
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def cell_counts(self) -> str:
+        """What became of every code cell, the counts adding up to the notebook's: ``4 ok, 1 failed, 3 never ran
+        (the run stopped at cell 6) of 8``."""
+        counts = [(sum(c.status == "ok" for c in self.cells), "ok")]
+        counts.append((sum(c.status in ("error", "timeout", "dead_kernel") for c in self.cells), "failed"))
+        counts.append((sum(c.status == "skipped" for c in self.cells), "skipped after a restart"))
+        never = max(self.code_cells - len(self.cells), 0)
+        stopped = f" (the run stopped at cell {self.cells[-1].index})" if never and self.cells else ""
+        counts.append((never, f"never ran{stopped}"))
+        shown = [f"{n} {what}" for n, what in counts if n or what == "ok"]
+        return ", ".join(shown) + f" of {max(self.code_cells, len(self.cells))}"
+
     def to_markdown(self) -> str:
-        ran = sum(c.status == "ok" for c in self.cells)
         lines = [
             f"# nb-cudaguard run: {Path(self.notebook).name}",
             "",
             f"- result: **{self.message}** (exit code {self.exit_code})",
-            f"- cells: {ran} ok of {len(self.cells)} run, {self.seconds:.1f} s in all",
+            f"- cells: {self.cell_counts()}, {self.seconds:.1f} s in all",
             f"- executed notebook: `{self.output}`",
             "",
         ]
@@ -80,8 +97,9 @@ class RunOutcome:
                 if replay.get("diagnosis"):
                     lines += ["Diagnosis under %%cudacheck:", "", "```", replay["diagnosis"], "```", ""]
             for rank, cause in enumerate(incident.get("causes", [])[:3], 1):
-                who = f" `{cause['variable']}`" if cause.get("variable") else ""
-                lines.append(f"{rank}. `{cause['family']}`{who} ({cause['confidence']:.0%}): {cause['summary']}")
+                who = f" (in `{cause['variable']}`)" if cause.get("variable") else ""
+                tag = f"<sub>{cause['confidence']:.0%} · {cause['family']}</sub>"  # the family id: a grey tag only
+                lines.append(f"{rank}. {cause['summary']}{who} {tag}")
                 lines.append(f"   - fix: {cause['fix']}")
             lines.append("")
         lines += ["## Cells", "", "| cell | status | seconds | first line |", "|---|---|---|---|"]
@@ -218,6 +236,7 @@ class NotebookRunner:
             resources={"metadata": {"path": str(Path(self.path).resolve().parent)}},
         )
         code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        outcome.code_cells = len(code_cells)
         progress = Progress(len(code_cells), self.progress_stream)
         env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
         # The kernel's own fds go nowhere: everything it prints reaches the notebook through ipykernel already.
@@ -247,6 +266,7 @@ class NotebookRunner:
                     if incident["classification"] == "poisoned":
                         progress.note(f"cell {index}: the CUDA context is poisoned; restarting in place and replaying")
                         incident["replay"] = self._recover(client, cell)
+                        self._pinned(client, incident)
                         progress.note(f"cell {index}: {incident['replay'].get('summary') or incident['replay']}")
                         if self.on_poison == "skip" and not incident["replay"].get("failed"):
                             record.status = "skipped"
@@ -315,6 +335,18 @@ class NotebookRunner:
                 if attempt == attempts - 1:
                     raise
         return {}
+
+    def _pinned(self, client, incident: dict) -> None:
+        """The values read under %%cudacheck replace the ranking made before the restart: the run's report says
+        what was read, not what was guessed while the device could not be read."""
+        if incident["replay"].get("failed") or not incident["replay"].get("diagnosis"):
+            return
+        content = self._silent(client, "", {"report": _PINNED_EXPR})
+        found = content.get("user_expressions", {}).get("report", {})
+        said = ast.literal_eval(found["data"]["text/plain"]) if found.get("status") == "ok" else None
+        if said is not None:
+            report = json.loads(said)
+            incident.update(causes=report["causes"], notes=report.get("notes", []), pinned=report["pinned"])
 
     def _incident(self, client, index: int, error: str | None) -> dict:
         content = self._silent(client, "", {"report": _REPORT_EXPR})

@@ -138,7 +138,9 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     hints += codehints.hints_for(sources, static)
     named = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     hints += logwords.hints_for(incident, frozenset(named - {"other"}))
-    plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident)
+    # a check's error is raised by nb_cudaguard (the fast checks' at the cell's end), and always stands for a device op
+    checked_op = isinstance(incident.exception, CudaCheckError)
+    plain_python_error = incident.classification == "not_cuda" and not _raised_in_torch(incident) and not checked_op
     if plain_python_error and code is None and not asserted and not hints:
         if incident.health.source == "log":
             diagnosis.notes.append(
@@ -161,9 +163,18 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = calibration.exclusive(_rank(asserted, hints, found, ranking))
+    diagnosis.causes = calibration.exclusive(_rank(asserted, _not_against_values(hints, found), found, ranking))
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
+
+
+def _not_against_values(hints: list[textual.Hint], found: list[Cause]) -> list[textual.Hint]:
+    """The hints the values read leave standing: where an analyser read the offending values of a group (on the
+    host, from the batch the device copy was made from, or on a healthy device), a family of that group that no
+    value showed is not raised by a guess from the code (an unrelated ``label - 1`` is no negative label)."""
+    read = {c.family for c in found if any(e.kind in _VALUES and e.values for e in c.evidence)}
+    decided = {group_of(f) for f in read}
+    return [h for h in hints if group_of(h.family) not in decided or h.family in read]
 
 
 def _rank(

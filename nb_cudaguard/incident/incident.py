@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from types import FrameType
 
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.probe import Health, active_probe
@@ -54,6 +55,15 @@ class Frame:
         )  # fmt: skip
 
 
+def _scope(frame: FrameType) -> dict:
+    """A user frame's local names, as the diagnosis reads them. A cell's top level is its namespace itself, kept
+    as it is, never copied: a copy would hold every value the cell saw for as long as the report lives, so a tensor
+    the user lets go later (``out = None`` to free a graph, ``del big`` after an out-of-memory error) stayed alive
+    in it. A function's locals are a snapshot, as the traceback that IPython keeps holds them too."""
+    scope = frame.f_locals
+    return scope if scope is frame.f_globals else dict(scope)
+
+
 def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) -> list[Frame]:
     cell_filenames = cell_filenames or {}
     frames = []
@@ -70,7 +80,7 @@ def frames_of(exc: BaseException, cell_filenames: dict[str, int] | None = None) 
                 line=linecache.getline(filename, lineno, frame.f_globals).strip(),
                 is_user=is_user,
                 cell=cell,
-                locals=dict(frame.f_locals) if is_user else {},
+                locals=_scope(frame) if is_user else {},
             )
         )
     return frames

@@ -109,6 +109,12 @@ class CauseLine:
         text = known or self.summary or self.family.replace("_", " ")
         return text[:1].upper() + text[1:]
 
+    @property
+    def tag(self) -> str:
+        """The grey tag after a cause: its confidence and its family's identifier, which is for tools and issues
+        and never heads or starts a sentence a user reads."""
+        return f"{self.confidence} · {self.family}"
+
 
 @dataclass(frozen=True)
 class ReportContent:
@@ -137,7 +143,7 @@ def build(
     shown = {a.meaning for a in assertions}  # said once, under the assertion, not again as evidence
     probe = None
     if incident.health.state != "unknown":
-        probe = f"probe ({incident.health.source}): {incident.health.detail}"
+        probe = f"GPU check after the failure: {incident.health.detail}"
     return ReportContent(
         verdict=verdict_of(incident),
         error=f"{incident.exc_type}: {lines[0] if lines else ''}",

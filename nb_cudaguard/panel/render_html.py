@@ -94,8 +94,7 @@ def _cause_html(cause: CauseLine) -> str:
     who = f" in <code>{escape(cause.variable)}</code>" if cause.variable else ""
     return (
         f"<b>{escape(cause.title)}</b>{who} "
-        f'<span class="nbcg-dim" title="cause family, for tools and issues">({cause.confidence} · '
-        f"{escape(cause.family)})</span>"
+        f'<span class="nbcg-dim" title="cause family, for tools and issues">({escape(cause.tag)})</span>'
         f"{'' if cause.summary.lower() == cause.title.lower() else ': ' + escape(cause.summary)}"
         f"{_evidence_table(cause.evidence) if cause.evidence else ''}"
         f'<div class="nbcg-fix"><b>Fix:</b> {escape(cause.fix)}</div>'

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from nb_cudaguard.panel.content import ReportContent
+from nb_cudaguard.panel.content import CauseLine, ReportContent
 from nb_cudaguard.panel.memory import MemoryFacts, human
 
 
@@ -21,8 +21,7 @@ def to_text(content: ReportContent) -> str:
     elif content.causes:
         out.append("Likely cause:")
         for rank, cause in enumerate(content.causes, 1):
-            who = f" [{cause.variable}]" if cause.variable else ""
-            out.append(f"  {rank}. {cause.family}{who} ({cause.confidence}): {cause.summary}")
+            out.append(f"  {rank}. {_sentence(cause)}  ({cause.tag})")
             out += [f"     - {row.line}" for row in cause.evidence]
             out.append(f"     fix: {cause.fix}")
     if content.user_line:
@@ -33,6 +32,13 @@ def to_text(content: ReportContent) -> str:
     if content.verdict.next_steps:
         out += ["Next:", *(f"  {step}" for step in content.verdict.next_steps)]
     return "\n".join(out)
+
+
+def _sentence(cause: CauseLine) -> str:
+    """A cause as the user reads it: its title, the variable it is in, and what the diagnosis found."""
+    who = f" in {cause.variable}" if cause.variable else ""
+    said = "" if cause.summary.lower() == cause.title.lower() else f": {cause.summary}"
+    return f"{cause.title}{who}{said}"
 
 
 def _memory_text(memory: MemoryFacts) -> list[str]:
@@ -53,10 +59,9 @@ def to_markdown(content: ReportContent) -> str:
     if content.memory is not None:
         out += _memory_markdown(content.memory)
     elif content.causes:
-        out += ["| rank | family | confidence | cause | fix |", "|---|---|---|---|---|"]
+        out += ["**Likely causes**", ""]
         for rank, cause in enumerate(content.causes, 1):
-            row = [str(rank), f"`{cause.family}`", cause.confidence, cause.summary, cause.fix]
-            out.append("| " + " | ".join(_cell(c) for c in row) + " |")
+            out += [f"{rank}. {_sentence(cause)} <sub>{cause.tag}</sub>", f"   Fix: {cause.fix}"]
         out.append("")
         top = content.causes[0]
         if top.evidence:

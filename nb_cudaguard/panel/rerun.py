@@ -30,7 +30,7 @@ _CODE = (types.FunctionType, type, types.ModuleType)
 
 
 class FiredError(Protocol):
-    """What a fired fast check's error (``check.fast_error.FastCheckError``) tells the re-runs."""
+    """What a fired fast check's error (``check.fast.error.FastCheckError``) tells the re-runs."""
 
     changed_names: list[str]
 

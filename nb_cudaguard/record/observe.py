@@ -28,6 +28,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from nb_cudaguard.record.copies import COPIES
+
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), frozenset, range)
 _CONTAINERS = (list, dict, set, bytearray)
@@ -121,7 +123,9 @@ class Observer:
             self._stepped[key] = weakref.ref(optimizer)
 
     def hook(self) -> None:
-        """Count optimizer steps from now on (torch 2.0 and later; before, only named optimizers are seen)."""
+        """Count optimizer steps from now on (torch 2.0 and later; before, only named optimizers are seen), and
+        see each copy to a device (``record.copies``)."""
+        COPIES.install()
         if self._hook is None and "torch" in sys.modules:
             try:
                 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -130,6 +134,7 @@ class Observer:
             self._hook = register_optimizer_step_post_hook(self._count_step)
 
     def close(self) -> None:
+        COPIES.uninstall()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None

@@ -81,9 +81,10 @@ class ReplayOutcome:
         return [r for r in self.plan.records if r.seq not in ran and r.seq != failed]
 
     def summary(self) -> str:
-        how = "exec, same PID" if self.how == "exec" else "exit and auto-restart by the kernel manager"
+        # in the user's words: how the kernel came back, not the mechanism (the PID and the path are in --report)
+        how = "in place" if self.how == "exec" else "by Jupyter, after the kernel exited"
         parts = [
-            f"nb_cudaguard: restarted ({how}, PID {self.pid})",
+            f"nb_cudaguard: kernel restarted {how}",
             f"replayed {len(self.ran)}/{len(self.plan.steps)} cell(s) in {self.seconds:.2f} s",
         ]
         if self.lost:  # never "0 failure(s)" over names that did not come back
@@ -101,7 +102,8 @@ class ReplayOutcome:
         return " · ".join(parts)
 
     def to_text(self) -> str:
-        lines = [self.summary(), "Ran:"]
+        how = "exec, the same process" if self.how == "exec" else "exit, then a new process from the kernel manager"
+        lines = [self.summary(), f"How: {how} (PID {self.pid})", "Ran:"]
         lines += [f"  {r.label:>6} {s:8.2f} s  {r.first_line[:60]}" for r, s in self.ran] or ["  (nothing)"]
         if self.failed is not None:
             lines += [f"Failed: {self.failed.label} {self.failed.first_line[:60]}", f"  {self.error}"]

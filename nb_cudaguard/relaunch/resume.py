@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nb_cudaguard.record.copies import COPIES
 from nb_cudaguard.record.journal import CellRecord, Journal, JournalError
 from nb_cudaguard.relaunch import iopub_clients, subshells
 from nb_cudaguard.relaunch import kernel_internals as internals
@@ -361,6 +362,7 @@ class _Resume:
         target = self.outcome.plan.target
         if target is None:  # _should_diagnose checked it
             return "skipped: no failing cell to check"
+        COPIES.install()  # a silent run has no cell hooks: see its copies to the device (record.copies)
         with captured() as output, interruptible(), numbered(self.shell, target):
             result = self.shell.run_cell(under_exact_checks(target), silent=True)
         error = result.error_before_exec or result.error_in_exec

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nb_cudaguard.record.journal import CellRecord, Journal
+from nb_cudaguard.replay.inputs import inputs_text
 
 MODES = ("minimal", "all", "none")
 
@@ -120,6 +121,7 @@ class ReplayPlan:
             f"{self.recorded_seconds:.2f} s as recorded"
         ]
         lines += [_row(step) for step in self.steps] or ["  (nothing to replay)"]
+        lines += inputs_text(self.target, self.records, self.mode)
         if self.excluded:
             lines.append("Left out:")
             lines += [_row(step) for step in self.excluded]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from nb_cudaguard.record.journal import CellRecord, Journal
 from nb_cudaguard.replay.plan import ReplayPlan, module_names
-from nb_cudaguard.snapshot.store import Snapshot, Snapshots, age_text, size_text
+from nb_cudaguard.snapshot.store import CellEffect, Snapshot, Snapshots, age_text, size_text
 
 
 @dataclass
@@ -97,6 +97,14 @@ def snapshot_plan(plan: ReplayPlan, journal: Journal, snapshots: Snapshots) -> S
             result.notes.append(f"{label} is replayed: the objects it trained are read or built again around it")
             del candidates[seq]
     result.skips = candidates
+    for step in plan.steps:
+        held = holders(step.record, snapshots.effects[step.record.seq]) if step.record.seq in candidates else set()
+        if held:
+            label = step.record.label
+            result.notes.append(
+                f"{label} is not run again: {', '.join(sorted(held))} is rebuilt by its cells and given what "
+                f"{label} trained; what else {label} changed in it (its own counters and logs) starts over"
+            )
     _left_out(result, plan, snapshots, snapshot, built, in_plan)
     return result
 
@@ -173,12 +181,24 @@ def _why_not(
     names = record.names
     if names.side_effects or names.magics or names.deleted or names.syntax_error:
         return "it has effects beyond its names"
-    tops = {effect.tops[path] for path in effect.trained}
+    tops = {effect.tops[path] for path in effect.trained} | holders(record, effect)
     writes = names.defined | (names.mutated - (names.call_mutated & modules))
     read_later = (writes - tops) & later_reads[record.seq]
     if read_later:
         return "later cells read " + ", ".join(sorted(read_later)[:3]) + ", which it binds"
     return None
+
+
+def holders(record: CellRecord, effect: CellEffect) -> set[str]:
+    """The names the cell changed only by calling them (``trainer.train()``), and inside which the snapshot saw
+    what the call did to the GPU state: it trained objects there, or built them there (a ``Trainer`` builds its
+    optimizer and scheduler inside ``train()``). Replay rebuilds such an object and the snapshot gives it what
+    was trained; what else the call changed in it (a ``Trainer``'s step counter and log history) is as the rebuild
+    leaves it, which the plan says (``snapshot_plan``) instead of training again."""
+    names = record.names
+    called = names.call_mutated - names.defined - names.rebound
+    inside = {effect.tops[path] for path in (*effect.trained, *effect.constructed) if "." in path or "[" in path}
+    return called & inside
 
 
 def _reads_after(steps: list[CellRecord], target: CellRecord) -> dict[int, set[str]]:

@@ -150,13 +150,32 @@ class Snapshots:
             elif before[1] != mark[1]:
                 effect.trained[root.path] = mark[0]
             effect.tops[root.path] = root.top
-        stepped = {id(p) for r in roots if r.path in effect.trained and r.kind == "optimizer" for p in tensors_of(r)}
+        # an optimizer stepped in this cell: changed in place, or built here and stepped already (a ``Trainer``
+        # builds its own inside ``train()``); a new one's step count is all this cell's
+        stepping = {
+            r.path
+            for r in roots
+            if r.kind == "optimizer"
+            and (r.path in effect.trained or (r.path in effect.constructed and self._steps_of(r.obj) > 0))
+        }
+        stepped = {id(p) for r in roots if r.path in stepping for p in tensors_of(r)}
         for root in roots:  # a module whose parameters a stepped optimizer holds was trained by that step
             fresh = root.path in effect.constructed
             if root.kind == "module" and not fresh and any(id(p) in stepped for p in root.obj.parameters()):
                 effect.trained[root.path] = id(root.obj)
         self._last = now
         return effect
+
+    def _steps_of(self, optimizer: Any) -> int:
+        """The steps counted for an optimizer, or for the one it wraps (accelerate's ``AcceleratedOptimizer``, which
+        a ``Trainer`` holds, steps the torch optimizer inside it, and the step hook sees that one)."""
+        for _ in range(4):
+            if id(optimizer) in self.steps:
+                return self.steps[id(optimizer)]
+            optimizer = getattr(optimizer, "optimizer", None)
+            if optimizer is None:
+                break
+        return 0
 
     def _maybe_take(self, record: CellRecord, roots: list[Root], max_bytes: int, fraction: float, rng: dict) -> None:
         tensors = _unique(t for root in roots for t in tensors_of(root))

@@ -53,7 +53,10 @@ def real_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(_SIMULATION):
         entries.append(tb)
         tb = tb.tb_next
-    while entries and entries[-1].tb_frame.f_code.co_filename.endswith(_MODE_MACHINERY):
+    while entries and (
+        entries[-1].tb_frame.f_code.co_filename.endswith(_MODE_MACHINERY)
+        or "__tracebackhide__" in entries[-1].tb_frame.f_locals  # a wrapper of the extension's (record.copies)
+    ):
         entries.pop()
     chain: types.TracebackType | None = None
     for entry in reversed(entries):

@@ -12,9 +12,9 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
 from nb_cudaguard import CudaCheckError, get_guard  # noqa: E402
-from nb_cudaguard.check.fast_board import BOARD  # noqa: E402
-from nb_cudaguard.check.fast_cell import installed  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.board import BOARD  # noqa: E402
+from nb_cudaguard.check.fast.cell import installed  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 from check_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
-from nb_cudaguard.check.fast_mode import FastChecker  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 
 F = torch.nn.functional
 

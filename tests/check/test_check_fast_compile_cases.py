@@ -19,7 +19,7 @@ from test_check_ops import CASES, _same  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.check.fast_mode import FastChecker  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 
 # In compiled code the op is reached without Python: a Tensor method, x[i], or a torch._C._nn function.
 UNCHECKED_COMPILED = {

@@ -20,7 +20,7 @@ from test_check_ops import CASES, _same, _values_equal  # noqa: E402
 
 import nb_cudaguard  # noqa: E402
 from nb_cudaguard import CudaCheckError, testing  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 
 NAMES = sorted(set(CASES) - DIRECT_BACKWARD)
 

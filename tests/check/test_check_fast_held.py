@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from nb_cudaguard.check.fast_board import BOARD, HOLD_ELEMENTS, HOLD_ENTRIES  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
-from nb_cudaguard.check.fast_mode import FastChecker  # noqa: E402
+from nb_cudaguard.check.fast.board import BOARD, HOLD_ELEMENTS, HOLD_ENTRIES  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -19,9 +19,9 @@ F = torch.nn.functional
 from test_check_ops import CASES, _same, _values_equal  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.check.fast_board import BOARD  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
-from nb_cudaguard.check.fast_mode import FastChecker  # noqa: E402
+from nb_cudaguard.check.fast.board import BOARD  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 
 # Exact-mode cases that call a backward op directly: no Python entry point exists for the fast mode to check.
 DIRECT_BACKWARD = {

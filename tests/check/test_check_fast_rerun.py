@@ -12,7 +12,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from nb_cudaguard import CudaCheckError, get_guard  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 from nb_cudaguard.replay.plan import build_plan, rebuild_plan  # noqa: E402
 
 # ``feats`` is built by two cells (a binding, then an in-place change); ``emb`` and ``ids`` are read by the failing

@@ -19,8 +19,8 @@ from check_models import SmallCNN, TinyLM, cnn_batch, lm_batch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nb_cudaguard import CudaCheckError  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
-from nb_cudaguard.check.fast_mode import FastChecker  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 from nb_cudaguard.check.mode import Checker  # noqa: E402
 
 aten = torch.ops.aten

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def test_failing_cell_carries_the_report_and_stops(tmp_path):
     assert "label_out_of_range" in bundle["text/markdown"]
     assert executed.cells[3].outputs == []
     text = md.read_text()
-    assert "Incident 1: cell 2 (not_cuda)" in text and "`label_out_of_range`" in text
+    assert "Incident 1: cell 2 (not_cuda)" in text and "· label_out_of_range</sub>" in text
+    assert "`label_out_of_range`" not in text  # a family id is a grey tag, never the head of a cause
+    assert "- cells: 1 ok, 1 failed, 1 never ran (the run stopped at cell 2) of 3," in text
 
 
 def test_raises_exception_tag_lets_the_run_go_on(tmp_path):
@@ -140,6 +143,10 @@ def test_poisoned_context_is_restarted_replayed_and_handled(tmp_path, mode):
         assert statuses == ["ok", "ok", "error"]
     if mode == "diagnose":
         assert "CudaCheckError" in replay["diagnosis"] and "(y)" in replay["diagnosis"]
+        # the values read under %%cudacheck replace the ranking made while the device could not be read
+        top = incident["causes"][0]
+        assert incident["pinned"] and top["evidence"][0]["kind"] == "guard" and top["variable"] == "y"
+        assert top["evidence"][0]["values"] == [5, 6, 7] and top["confidence"] == 1.0
     else:
         assert replay["diagnosis"] is None
 
@@ -152,7 +159,7 @@ def test_run_an_example_notebook_with_diagnosis(tmp_path):
     out, report = tmp_path / "car.ipynb", tmp_path / "car.md"
     assert main(["run", str(notebook), "-o", str(out), "--report", str(report), "--on-poison", "diagnose"]) == 1
     text = report.read_text()
-    assert "(poisoned)" in text and "`num_classes_mismatch` `yb`" in text
+    assert "(poisoned)" in text and re.search(r"\(in `yb`\) <sub>\d+% · num_classes_mismatch</sub>", text), text
     assert "CudaCheckError: aten.nll_loss_forward: argument target (yb)" in text  # pinned under %%cudacheck
     # the fix in the user's own terms: their class's argument and the constant that counts the classes
     assert "build model with CarNet(num_classes=NUM_CLASSES) (now `model = CarNet(num_classes=195)" in text

@@ -15,7 +15,7 @@ from IPython.utils.capture import capture_output  # noqa: E402
 from kernel_helpers import state  # noqa: E402
 
 from nb_cudaguard import CudaCheckError, get_guard  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 from nb_cudaguard.panel.fired import EXACT, FiredChoices, show_choices  # noqa: E402
 from nb_cudaguard.panel.rerun import rerun_exact  # noqa: E402
 

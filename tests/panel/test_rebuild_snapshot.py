@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from nb_cudaguard import get_guard  # noqa: E402
-from nb_cudaguard.check.fast_error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 
 SETUP = [
     "%cudaguard simulate on",

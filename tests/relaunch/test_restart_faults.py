@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,14 +19,23 @@ pytestmark = pytest.mark.kernel
 LEFTOVERS = """
 import nb_cudaguard.replay.handoff as h, nb_cudaguard.carry.place as p
 b = h.binding_for(get_ipython())
-found = [str(f) for f in h.handoff_dir(b, create=False).glob(f'*handoff-{b.slug}*')] + [  # hidden files too
-    str(d) for root in p.roots() for d in root.glob(f'carry-{b.slug}')
-]
+try:
+    found = [str(f) for f in h.handoff_dir(b, create=False).glob(f'*handoff-{b.slug}*')]  # hidden files too
+except FileNotFoundError:  # no restart ever wrote there
+    found = []
+found += [str(d) for root in p.roots() for d in root.glob(f'carry-{b.slug}')]
 """
 
 
 @pytest.fixture
-def kernel():
+def kernel(tmp_path, monkeypatch):
+    # The kernel's connection file, hence its handoff directory, in a directory of this test's own: a
+    # kernel of another suite running beside this one (same user, same machine) removes a killed kernel's handoff
+    # from a shared directory as left behind, rightly, and then the restarted kernel has nothing to refuse or say.
+    # (jupyter_client writes a connection file with no name given into the temporary directory)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(runtime))
     with KernelSession(extra_env=ENV) as session:
         run_ok(session, "%load_ext nb_cudaguard")
         yield session
@@ -61,10 +71,11 @@ def _die_at(where: str, site: Path) -> str:
     return f"import os\nos.environ['PYTHONPATH'] = {str(site)!r} + os.pathsep + os.environ['PYTHONPATH']"
 
 
-# With the oldest pair (IPython 7.34, ipykernel 6.17) the killed kernel's handoff is sometimes removed as left
-# behind before the next start can refuse it, and then nothing is said at the next cell (seen in 2 of 3 runs since
-# the writer's marks came in, 57f8b89); nothing is left behind either way. Open: a timing to find; the other pairs
-# say why every time.
+# The killed kernel's handoff was sometimes removed as left behind before the next start could refuse it, and then
+# nothing was said at the next cell: seen on the oldest pair (IPython 7.34, ipykernel 6.17) and once on the newest,
+# each time while other test suites ran on the same machine, whose kernels remove a dead kernel's files from the
+# shared runtime directory (rightly: no process can take them). The fixture now gives each test its own runtime
+# directory; the mark stays non-strict on the oldest pair until CI has run it clean there.
 _OLDEST_SAYS_NOTHING = pytest.mark.xfail(
     IPython.version_info < (8,), strict=False, reason="the oldest pair may remove the dead kernel's handoff unsaid"
 )
@@ -199,7 +210,9 @@ def test_the_exit_path_finds_its_carried_values_though_another_kernel_started_me
         _restart_by_manager(kernel, first_pid)  # the startup file loads nb_cudaguard, which replays
         said = run_ok(kernel, "print(int(values.sum()))")
         assert said.stdout.strip().splitlines()[-1] == "4999950000", said.stdout
-        assert "exit and auto-restart" in said.stdout and "carried 1 value(s)" in said.stdout, said.stdout
+        assert "restarted by Jupyter, after the kernel exited" in said.stdout and "carried 1 value(s)" in said.stdout, (
+            said.stdout
+        )
         assert _left(patterns) == []
 
 

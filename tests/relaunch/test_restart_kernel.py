@@ -52,6 +52,8 @@ def test_restart_rebuilds_the_session_after_a_device_assert(kernel):
 
     first = run_ok(kernel, "print(labels, scale)", timeout=120)
     assert "replayed 7/7 cell(s)" in first.stdout and "0 failure(s)" in first.stdout
+    said = next(line for line in first.stdout.splitlines() if "replayed 7/7" in line)
+    assert "kernel restarted in place" in said and not {"exec", "PID"} & set(said.replace(",", " ").split()), said
     assert first.stdout.strip().splitlines()[-1] == "[0, 7] 2.0"
     assert value(kernel, "__import__('importlib').import_module('nb_cudaguard.testing').is_poisoned()") is False
     assert value(kernel, "model.weight.sum().item()") == weight_sum
@@ -387,7 +389,7 @@ def test_exit_path_lets_the_managers_auto_restart_bring_the_kernel_back_and_repl
             while (reply := await client.get_shell_msg(timeout=60))["parent_header"].get("msg_id") != kept_id:
                 pass
             assert reply["content"]["status"] == "ok" and text.endswith("kept 42\n"), text
-            assert "exit and auto-restart by the kernel manager" in text and "replayed 1/1 cell(s)" in text
+            assert "restarted by Jupyter, after the kernel exited" in text and "replayed 1/1 cell(s)" in text
             status, after = await run("print(x + 1)")
             assert status == "ok" and after.endswith("43\n")
             assert not list((tmp_path / "profile_default" / "startup").glob("00-nb_cudaguard-resume*.py"))

@@ -198,3 +198,27 @@ def test_a_class_reads_no_global_from_its_methods_parameters():
         "model = Net(vocab_size)"
     )
     assert names.used == {"nn", "vocab_size"}, names.used
+
+
+def test_the_plan_says_which_line_of_a_kept_cell_built_each_value_the_failing_cell_reads():
+    """A row shows a cell's first line; the line that built the bad labels is further down (the shell's smoke test:
+    ``X = ...`` then ``labels = torch.tensor([...])`` in one cell)."""
+    plan = build_plan(
+        journal_of(
+            ("import torch\nimport torch.nn.functional as F", 1.0),
+            (
+                "X = torch.randn(4, 3)\nlabels = torch.tensor([0, 1, 2, 9])\nif X.sum() > 0:\n    labels = labels * 1",
+                0.1,
+            ),
+            ("labels = torch.tensor([0, 1, 2, 3])  # cudaguard: skip", 0.0),
+            ("loss = F.cross_entropy(X, labels)", 0.2, CUDA_ERROR),
+        )
+    )
+    text = plan.to_text()
+    where = text.split("Where the failing cell [4] gets what it reads:\n", 1)[1].splitlines()
+    assert where[:2] == [
+        "  X       [2] line 1: X = torch.randn(4, 3)",
+        "  labels  [2] line 2: labels = torch.tensor([0, 1, 2, 9])",
+    ], text
+    assert not any(line.startswith("  F ") or line.startswith("  torch ") for line in where)  # modules: not data
+    assert "[3]" not in "\n".join(where[:2])  # a cell the plan leaves out is not where the data came from

@@ -85,6 +85,12 @@ def all_scenarios() -> list[Scenario]:
     return [load(p) for p in sorted(HERE.glob("s[0-9]*.py"))]
 
 
+def gpu_style_scenarios() -> list[Scenario]:
+    """Issue 31's notebook cases (``g*.py``): written as users write them (the loops, pandas and loaders of
+    /work/shared/idioms.md), not to the rules, and scored on the simulated GPU only, before and after a restart."""
+    return [load(p) for p in sorted(HERE.glob("g[0-9]*.py"))]
+
+
 def shell():
     from IPython.core.interactiveshell import InteractiveShell
 

@@ -109,3 +109,29 @@ def test_the_plan_skips_training_unless_a_later_cell_reads_what_it_binds(shell, 
         assert decided.row(train).startswith("skip, restored from the snapshot of cell")
     else:
         assert not decided.skips and any("later cells read loss" in note for note in decided.notes), decided.notes
+
+
+MINI_TRAINER = (
+    "class MiniTrainer:  # as transformers' Trainer: the optimizer is built inside train(), bookkeeping kept\n"
+    "    def __init__(self, model):\n        self.model, self.global_step = model, 0\n\n"
+    "    def train(self):\n        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)\n"
+    "        for _ in range(4):\n            self.optimizer.zero_grad()\n"
+    "            torch.nn.functional.cross_entropy(self.model(x), y).backward()\n"
+    "            self.optimizer.step()\n            self.global_step += 1\n\n"
+    "    def evaluate(self, target):\n        return torch.nn.functional.cross_entropy(self.model(x), target).item()\n\n\n"
+    "trainer = MiniTrainer(model)"
+)
+
+
+def test_a_trainer_that_builds_its_optimizer_inside_train_is_not_trained_again(shell):
+    """``trainer.train()`` changes ``trainer`` (a new optimizer in it, its step counter) and trains ``model``
+    through an optimizer no name holds; the failing ``trainer.evaluate()`` reads ``trainer``. The snapshot restores
+    the model into the rebuilt trainer; the training cell is skipped, and the plan says the trainer's own
+    bookkeeping starts over."""
+    _run(shell, [*SETUP, MINI_TRAINER, "import time\ntrainer.train()\ntime.sleep(0.2)"])
+    assert not shell.run_cell("trainer.evaluate(torch.full((32,), 9).to(device))", store_history=True).success
+    guard = get_guard()
+    decided = snapshot_plan(build_plan(guard.journal, "minimal"), guard.journal, guard.snapshots)
+    train = guard.journal.last.seq - 1
+    assert decided.skips == {train: ["model"]}, decided.notes
+    assert any("trainer is rebuilt by its cells and given what" in note for note in decided.notes), decided.notes

@@ -29,8 +29,10 @@ def digest():
 def cells(log: str) -> list[str]:
     return [
         "%cudaguard simulate on",
-        # the training below takes a fraction of a second, not an hour: always worth its snapshot here
-        "%config CudaGuard.snapshot_max_fraction = 1.0",
+        # the training below takes a fraction of a second, not an hour: every change is worth its snapshot here,
+        # the evaluation cell's too (a few ms, under the copy's own cost: at 1.0 whether it was covered depended on
+        # how long it happened to take, and so did the names the restart could rebuild)
+        "%config CudaGuard.snapshot_max_fraction = 1e6",
         "import torch\nimport torch.nn as nn\ntorch.manual_seed(0)\n"
         'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
         "train_x = torch.randn(256, 16)\ntrain_y = torch.randint(0, 4, (256,))\n"

@@ -31,6 +31,7 @@ from nb_cudaguard.diagnosis.tensors import (
 )
 from nb_cudaguard.families import fix_of, summary_of
 from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.record.copies import COPIES
 
 # Calls that move or reshape a tensor without changing its values: `labels.to(device)` holds labels' values.
 _SAME_VALUES = frozenset(
@@ -41,6 +42,7 @@ _SAME_VALUES = frozenset(
 )  # fmt: skip
 _CASTS = frozenset({"long", "int"})  # value-preserving only on integers: a NaN cast to an index is INT64_MIN
 _CONSTRUCTORS = frozenset({"tensor", "as_tensor", "from_numpy", "LongTensor", "IntTensor", "asarray", "array"})
+COPIED = "copied"  # the ``where`` of a host tensor the runtime saw copied to the device under the same name
 RESTART_HINT = "Restart, replay & diagnose re-runs the cell under %%cudacheck on a healthy context and pins them"
 
 
@@ -110,7 +112,7 @@ class Context:
         found = self.outside(named.obj, low, high, **kwargs)
         if found is not None:
             return found, named
-        copy = self.host_copy(named.name)
+        copy = self.copied_from(named) or self.host_copy(named.name)
         if copy is not None:
             found = self.outside(copy.obj, low, high, **kwargs)
             if found is not None:
@@ -154,6 +156,17 @@ class Context:
         node, cast = _strip(fact.value) if isinstance(fact.value, ast.expr) else (None, False)
         return Origin(fact.line, node, cast) if node is not None else None
 
+    def copied_from(self, named: Named) -> Named | None:
+        """The host tensor the runtime saw ``named`` copied from (``record.copies``), when ``named`` itself cannot be
+        read: the batch ``yb.to(device)`` read, which the loop's name no longer holds."""
+        if self.readable(named.obj):
+            return None
+        source = COPIES.source_of(named.obj)
+        if source is None or not self.readable(source):
+            return None
+        own = self.workspace.name_of(source)  # a host tensor of the user's own: its name is what they know
+        return Named(own, source) if own is not None else Named(named.name, source, COPIED)
+
     def host_copy(self, name: str) -> Named | None:
         """The host values a device tensor was built from: a literal in the source, or a readable host object."""
         origin = self.origin(name)
@@ -183,9 +196,10 @@ class Context:
         direct = bool(kwargs.pop("direct", summary.readable))
         if not summary.readable:
             text += f"; its values could not be read and no host copy was found: {RESTART_HINT}"
+        label = f"{named.name} as copied from the host" if named.where == COPIED else named.name
         return Evidence(
             kind="tensor",
-            text=f"{named.name}: {summary.to_text()}; {text}",
+            text=f"{label}: {summary.to_text()}; {text}",
             direct=direct,
             variable=named.name,
             source_line=self.source_line,
@@ -220,7 +234,9 @@ def range_evidence(
     if used is not named:
         why_not = ctx.summary(named.obj).why_not
         evidence.direct = False
-        evidence.text += f" (read from the host copy {used.name}: {named.name} itself was not read, {why_not})"
+        copy = "the host tensor it was copied from, a copy the runtime saw" if used.where == COPIED else "the host copy"
+        name = "" if used.where == COPIED else f" {used.name}"
+        evidence.text += f" (read from {copy}{name}: {named.name} itself was not read, {why_not})"
     return evidence
 
 
@@ -238,11 +254,17 @@ def nan_holders(ctx: Context, names: list[str] | None = None, limit: int = 20) -
     return holders
 
 
+def _non_finite(summary: TensorSummary) -> str:
+    """What was read, and only that: "NaN" where a NaN was counted, "inf" where an infinity was."""
+    seen = [word for word, count in (("NaN", summary.nan), ("inf", summary.inf)) if count]
+    return "holds " + " and ".join(seen)
+
+
 def nan_cause(ctx: Context, index: Named | None, evidence: list[Evidence], names: list[str] | None = None) -> Cause:
     """An index holding -9223372036854775808 (or built by casting a float that holds NaN): a NaN cast to an
     integer, not a negative id; the fix is upstream, where the NaN appears."""
     holders = nan_holders(ctx, names)
-    evidence = evidence + [ctx.tensor_evidence(h, "holds NaN/inf") for h in holders]
+    evidence = evidence + [ctx.tensor_evidence(h, _non_finite(ctx.summary(h.obj))) for h in holders]
     variable = holders[0].name if holders and index is None else (index.name if index is not None else None)
     return ctx.cause("nan_or_inf", 0.9, variable, fix_of("nan_or_inf"), evidence)
 

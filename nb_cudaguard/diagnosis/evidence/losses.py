@@ -226,7 +226,12 @@ def _dtype(ctx: Context, call: CallSite, kind: str) -> list[Cause]:
         role, fix = "embedding ids", "Ids must be integers: pass ids.long()."
     else:
         prediction, named = _pair(ctx, call)
-        if named is None or prediction is None or _rank(named.obj) != _rank(prediction.obj) - 1:
+        if named is None:
+            return []
+        if prediction is None:  # an inline model call (``criterion(model(xb), yb)``): the error text must say dtype
+            if "dtype" not in ctx.expected_groups or _rank(named.obj) != 1:
+                return []
+        elif _rank(named.obj) != _rank(prediction.obj) - 1:
             return []  # same rank: probability targets, which are allowed to be float
         role, fix = "class-index targets", f"Class-index targets must be int64: pass {named.name}.long()."
     if named is None or not is_floating(named.obj):

@@ -17,6 +17,7 @@ from typing import Any
 
 from nb_cudaguard.diagnosis.tensors import is_array, is_array_like, is_tensor
 from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.record.copies import COPIES
 
 MAX_NAMES = 20_000
 MAX_SUBMODULES = 4_000
@@ -31,7 +32,7 @@ class Named:
     """An object and the expression a user would type to reach it."""
 
     name: str
-    obj: object = field(repr=False)
+    obj: object = field(repr=False, compare=False)  # never compared: == on a device tensor reads it
     where: str = "namespace"
 
 
@@ -259,7 +260,48 @@ def build_workspace(incident: Incident) -> Workspace:
     for frame in reversed(incident.user_frames):
         if frame.locals and frame.locals.get("__name__") is None:
             _scan(workspace, frame.locals.items(), f"{frame.function}()")
+    _name_copies_as_their_sources(workspace)
+    _scan_library_frames(workspace, incident)
     return workspace
+
+
+def _name_copies_as_their_sources(workspace: Workspace) -> None:
+    """A function's device tensor that the runtime saw copied from a host tensor of the namespace is known to the
+    user by that tensor's name: ``model(segment_ids.to(device))`` reaches ``forward`` as ``token_type_ids``."""
+    for named in workspace.tensors:
+        if named.where == "namespace":
+            continue
+        own = workspace.name_of(COPIES.source_of(named.obj))
+        if own is not None:
+            named.name = own
+            workspace._name_by_id[id(named.obj)] = own
+
+
+def _scan_library_frames(workspace: Workspace, incident: Incident) -> None:
+    """The device tensors a library's own frames hold (a ``Trainer``'s batch, the labels its model's ``forward``
+    got), outermost first (the names nearest the user's call): only those the runtime saw copied from the host
+    (``record.copies``), whose values can still be read there; the rest of a library's locals are its own."""
+    error = incident.exception
+    tb = error.__traceback__ if error is not None else None
+    scopes = []
+    while tb is not None:
+        scopes.append(tb.tb_frame)
+        tb = tb.tb_next
+    namespace = incident.namespace
+    for frame in scopes:
+        scope = frame.f_locals
+        if scope is namespace or scope.get("__name__") is not None:
+            continue
+        where = f"{frame.f_code.co_name}()"
+        for name, value in list(scope.items())[:MAX_ITEMS]:
+            if isinstance(value, Mapping) and not isinstance(value, type):
+                items = [(f"{name}[{k!r}]", v) for k, v in list(value.items())[:MAX_ITEMS] if isinstance(k, str)]
+            else:
+                items = [(name, value)]
+            for label, item in items:
+                source = COPIES.source_of(item) if is_tensor(item) else None
+                if source is not None and workspace.name_of(source) is None:  # else the user's own name has it
+                    workspace._add_tensor(label, item, where)
 
 
 __all__ = ["Named", "Workspace", "build_workspace", "config_value", "is_array", "is_tensor"]

@@ -75,6 +75,10 @@ with torch.no_grad():
 print(preds.tolist())
 
 # %% tags=["after"]
+# The last training step's `out` still holds its graph, and with it the word embedding's gradient slot at the old
+# size (resize_token_embeddings assigns `weight.data`; torch re-checks that slot's shape, so backward would fail
+# with "invalid gradient ... [24, 32] but expected [22, 32]", extension or not): let it go first.
+out = None
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # the embedding was replaced: a new optimizer
 optimizer.zero_grad(set_to_none=True)
 model.train()

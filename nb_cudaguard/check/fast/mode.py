@@ -1,9 +1,9 @@
 """The fast checks: assert-prone ops checked on the device with no synchronisation, read once at the end.
 
-``with FastChecker():`` puts the fast entry points in place (``fast_entries``), lets the block run at full speed
+``with FastChecker():`` puts the fast entry points in place (``fast.entries``), lets the block run at full speed
 (ops without a device assert are untouched; each assert-prone op adds a few tensor ops on its own stream and runs
 on safe values, so no kernel can assert and the CUDA context never poisons), then reads the boards once and
-raises :class:`~nb_cudaguard.check.fast_error.FastCheckError` if a check fired. Several checkers may be entered
+raises :class:`~nb_cudaguard.check.fast.error.FastCheckError` if a check fired. Several checkers may be entered
 at once (the every-cell checks and a script's block): the entry points stay in place until the last one leaves.
 
 The exact mode (``mode.Checker``) suspends the fast checks while it is on: it sees the real arguments and stops
@@ -15,16 +15,16 @@ from __future__ import annotations
 import sys
 
 from nb_cudaguard.check import render
-from nb_cudaguard.check.fast_board import BOARD
-from nb_cudaguard.check.fast_casts import CASTS
-from nb_cudaguard.check.fast_entries import PATCHES
-from nb_cudaguard.check.fast_error import FastCheckError, Rebuilds, consequences, error_from
-from nb_cudaguard.check.fast_sites import SITES
+from nb_cudaguard.check.fast.board import BOARD
+from nb_cudaguard.check.fast.casts import CASTS
+from nb_cudaguard.check.fast.entries import PATCHES
+from nb_cudaguard.check.fast.error import FastCheckError, Rebuilds, consequences, error_from, narrowed
+from nb_cudaguard.check.fast.sites import SITES
 
 
 class FastChecker:
     """``namespace``: the user's globals, to name their tensors; ``rebuilds``: the session's answer to which cells
-    rebuild what a fired check made wrong (``fast_error.Rebuilds``)."""
+    rebuild what a fired check made wrong (``fast.error.Rebuilds``)."""
 
     def __init__(self, namespace: dict | None = None, rebuilds: Rebuilds | None = None) -> None:
         self.namespace = namespace
@@ -69,9 +69,10 @@ class FastChecker:
         if not firings:
             return None
         BOARD.reset()
-        return error_from(
+        error = error_from(
             [(f, SITES.by_number.get(f.site)) for f in firings], consequences(source, self.rebuilds, self.namespace)
         )
+        return narrowed(error, self.namespace)
 
     def check(self) -> None:
         """Read the boards now and raise if a check fired (a script's own checkpoint, e.g. every N steps)."""

@@ -18,8 +18,8 @@ from traceback import FrameSummary
 from types import ModuleType
 from typing import Any
 
-from nb_cudaguard.check.fast_board import Firing
-from nb_cudaguard.check.fast_sites import Site
+from nb_cudaguard.check.fast.board import Firing
+from nb_cudaguard.check.fast.sites import Site
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
 from nb_cudaguard.record.cellnames import analyse
@@ -150,6 +150,28 @@ def error_from(firings: list[tuple[Firing, Site | None]], consequences: Conseque
         frames=site.frames,
         fix=site.fix or check_fix_of(family),
     )
+
+
+def narrowed(error: FastCheckError, namespace: dict | None) -> FastCheckError:
+    """The error as the user's workspace explains it, before it is raised: the family narrowed within what the
+    op's values allow and the variable named in the user's code where the check's is not one of theirs, by the
+    rule the exact mode's report follows (``diagnosis.checked.combine``, reached through ``diagnose``). RoBERTa
+    gathers its token-type buffer at the position ids: that gather's index past the buffer is a sequence longer
+    than the position table, which the model's config shows. Runs once per fired cell, on a healthy context; the
+    check's own finding stands if the workspace cannot be read."""
+    if namespace is None:
+        return error
+    from nb_cudaguard.diagnosis import diagnose  # the diagnosis is needed only after a check fired
+    from nb_cudaguard.incident.incident import build_incident
+
+    try:
+        cause = diagnose(build_incident(error, namespace=namespace)).causes[0]
+    except Exception:
+        return error
+    if (cause.family, cause.variable) != (error.family, error.variable):
+        error.family, error.variable, error.fix = cause.family, cause.variable, cause.fix
+        error.args = (error._message(),)
+    return error
 
 
 def _problem(site: Site, count: int) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from nb_cudaguard.check.fast_args import Args, arg, site_of, with_arg
-from nb_cudaguard.check.fast_casts import check_cast
-from nb_cudaguard.check.fast_rules import (
+from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
+from nb_cudaguard.check.fast.casts import check_cast
+from nb_cudaguard.check.fast.rules import (
     distribution_rows,
     integral,
     monotone_offsets,

@@ -1,6 +1,6 @@
 """Folding many held checks into a board at once, with a fixed number of tensor ops whatever their number.
 
-The board keeps the first check that fired (``fast_board``); folding the held checks one by one would cost about ten
+The board keeps the first check that fired (``fast.board``); folding the held checks one by one would cost about ten
 small tensor ops each. Here a device's held checks are folded together: their masks already lie one after another in
 the device's mask buffer (in call order), so a ``max`` over them finds the first offending element in call order
 (``max`` over a boolean returns the first True); which check it belongs to, where that check starts and its tag are
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-_BASE = torch._C.TensorBase  # its methods are not the checked entry points (``fast_entries``)
+_BASE = torch._C.TensorBase  # its methods are not the checked entry points (``fast.entries``)
 
 Held = tuple[float, Any, int]  # (the check's tag: site * TAG_UNIT, + STALE if its input changed; input; numel)
 

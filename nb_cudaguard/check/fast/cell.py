@@ -85,7 +85,7 @@ class CellEnd(ast.NodeTransformer):
 
     @staticmethod
     def _call(value: ast.expr, where: ast.AST) -> ast.Call:
-        """``__import__("nb_cudaguard.check.fast_cell", fromlist=["cell_end"]).cell_end(value)``: no name of ours
+        """``__import__("nb_cudaguard.check.fast.cell", fromlist=["cell_end"]).cell_end(value)``: no name of ours
         in the user's namespace for a ``%reset`` or a ``del`` to remove. Every node made here is placed at
         ``where`` as it is made (the user's own nodes keep theirs), so no walk of the tree is needed."""
         names = _at(ast.List([_at(ast.Constant("cell_end"), where)], ast.Load()), where)

@@ -18,7 +18,7 @@ float64 holds every index below 2**53 and every probability exactly, NaN include
 A check's verdict is computed at once (its mask of bad values, on the op's own arguments), written into the
 device's mask buffer (:meth:`Board.hold_ne`: a view of one preallocated bool tensor, so a held mask is no allocation of
 its own), and folding it into the board waits: up to ``HOLD_ENTRIES`` held checks are folded
-together, with a fixed number of tensor ops whatever their number (``fast_batch.fold_batch``), when the buffer or
+together, with a fixed number of tensor ops whatever their number (``fast.batch.fold_batch``), when the buffer or
 the list is full; at the cell's end they are not folded at all unless one fired (one ``any()`` over the buffer
 travels with the board's read). Why: a fold is about ten small tensor ops, and one per check was most of the fast
 mode's cost on a small step (docs/performance.md). Held are the input and the mask (at most ``HOLD_ELEMENTS``
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from nb_cudaguard.check.fast_batch import Held, Layouts, fold_batch
+from nb_cudaguard.check.fast.batch import Held, Layouts, fold_batch
 
 TAG_UNIT = 2**36  # counts stay below it; sites stay below 2**16, so tags stay exact in float64
 STALE = 2**35  # added to a tag: the input changed in place before its fold, so the value read is not its value
@@ -170,7 +170,7 @@ class Board:
         return waiting
 
     def _by_device(self, entries: list[tuple[int, Any, int, Any, int]]) -> dict[Any, list[Held]]:
-        """The entries per device, as ``fast_batch`` takes them; a changed input's tag says so (``STALE``)."""
+        """The entries per device, as ``fast.batch`` takes them; a changed input's tag says so (``STALE``)."""
         found: dict[Any, list[Held]] = {}
         for site, x, n, device, version in entries:
             tag = site * TAG_UNIT + (STALE if x._version != version else 0)

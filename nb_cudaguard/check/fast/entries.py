@@ -11,7 +11,7 @@ again rather than copied onto the class).
 A wrapper keeps its own ``__module__`` and ``__name__``: Dynamo inlines a function it does not know as torch's, so
 a ``torch.compile``'d model that calls ``F.embedding`` traces the check into its graph; and FX, which re-imports a
 torch function by its qualified name when it generates code, then reaches the wrapper with fake tensors, which it
-passes through (``fast_rules.plain``).
+passes through (``fast.rules.plain``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from nb_cudaguard.check import fast_checks_index as index
-from nb_cudaguard.check import fast_checks_misc as misc
-from nb_cudaguard.check import fast_checks_nn as nn
-from nb_cudaguard.check.fast_board import BOARD
-from nb_cudaguard.check.fast_casts import track
+from nb_cudaguard.check.fast import checks_index as index
+from nb_cudaguard.check.fast import checks_misc as misc
+from nb_cudaguard.check.fast import checks_nn as nn
+from nb_cudaguard.check.fast.board import BOARD
+from nb_cudaguard.check.fast.casts import track
 
 Check = Callable[[str, tuple, dict], tuple[tuple, dict]]
 

@@ -24,8 +24,8 @@ from types import FrameType
 import torch
 
 from nb_cudaguard.check.context import CodeFacts, Known, Names, UserPath, code_facts, user_path, user_spots
-from nb_cudaguard.check.fast_board import MAX_SITES
-from nb_cudaguard.check.naming import user_name
+from nb_cudaguard.check.fast.board import MAX_SITES
+from nb_cudaguard.check.naming import loaded_from, user_name
 from nb_cudaguard.incident.usercode import is_user_file, users_line
 
 
@@ -98,9 +98,10 @@ class Sites:
         key = (user_spots(sys._getframe(2), self._known), place)
         site = self._by_path.get(key)
         if site is None:
-            path = user_path(sys._getframe(2), self._known)
+            caller = sys._getframe(2)
+            path = user_path(caller, self._known)
             rule = make_rule() if make_rule is not None else _rule(place, fix)
-            site = self._by_path[key] = self._site(path, place, rule, tensor, refine)
+            site = self._by_path[key] = self._site(path, place, rule, tensor, refine, caller)
         else:
             shape = tensor.shape
             if site.shape != shape:
@@ -114,8 +115,10 @@ class Sites:
         rule: Rule,
         tensor,
         refine: Callable[[Site, Names], None] | None,
+        caller: FrameType,
     ) -> Site:
-        """The site of a path not seen before: one per (the user's line, where it failed, check)."""
+        """The site of a path not seen before: one per (the user's line, where it failed, check). ``caller``: the
+        entry point's caller, where a library's loop over the user's data may be (``naming.loaded_from``)."""
         found = users_line(path.facts)
         line, inner = (path.spots[found[0]], path.spots[found[1]]) if found is not None else ((None, 0), (None, 0))
         key = (*inner, *line, place)
@@ -133,6 +136,8 @@ class Sites:
             site.variable, site.family, site.range_source = described
         else:
             site.variable = user_name(names, tensor, read_values=False)
+            if site.variable is None and found is not None:
+                site.variable = loaded_from(caller, names, path.frames[found[0]])
             if refine is not None:
                 refine(site, names)
             if len(self._described) >= _DESCRIBED:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from nb_cudaguard.check.fast_args import Args, arg, host_violation, site_of, with_arg
-from nb_cudaguard.check.fast_casts import check_cast
-from nb_cudaguard.check.fast_checks_index import checked_index
-from nb_cudaguard.check.fast_rules import (
+from nb_cudaguard.check.fast.args import Args, arg, host_violation, site_of, with_arg
+from nb_cudaguard.check.fast.casts import check_cast
+from nb_cudaguard.check.fast.checks_index import checked_index
+from nb_cudaguard.check.fast.rules import (
     compiling,
     ctc_labels,
     index_in_range,

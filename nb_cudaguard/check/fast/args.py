@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nb_cudaguard.check.context import Names, user_path
-from nb_cudaguard.check.fast_rules import compiling
-from nb_cudaguard.check.fast_sites import SITES, Site, compiled_site
+from nb_cudaguard.check.fast.rules import compiling
+from nb_cudaguard.check.fast.sites import SITES, Site, compiled_site
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import check_fix_of
 

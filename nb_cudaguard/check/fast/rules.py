@@ -8,7 +8,7 @@ a count or a rate below 0 (or NaN) becomes 0, a multinomial row with nothing to 
 made non-decreasing within their limit. Where nothing fires, the op therefore sees the same values and returns
 the same result. Gradients still flow to the original tensor where it was valid (``torch.where`` keeps it there).
 
-Each function takes the site (an int from ``fast_sites``) of the argument it checks.
+Each function takes the site (an int from ``fast.sites``) of the argument it checks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from nb_cudaguard.check.conditions import offsets_out_of_order
-from nb_cudaguard.check.fast_board import BOARD, fold
+from nb_cudaguard.check.fast.board import BOARD, fold
 
 compiling = torch.compiler.is_compiling  # Dynamo folds it to True while tracing; one call in eager
 
@@ -53,10 +53,18 @@ def integral(t) -> bool:
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
     """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
     safe = x.clamp(low, high - 1)
+    if compiling():
+        if ignore is not None and not low <= ignore < high:
+            safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
+        fold(site, x.detach(), safe.ne(x))
+        return safe
     if ignore is not None and not low <= ignore < high:
-        safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
-    if compiling() or not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
-        _fold(site, x, safe.ne(x))
+        if x.dtype == torch.int64:  # in place, no allocation: ``safe`` is the clamp's own new tensor
+            safe.masked_fill_(x.eq(ignore), ignore)
+        else:  # a narrower dtype may not hold ``ignore``; the op then raises its own dtype error, not ours
+            safe = torch.where(x.eq(ignore), x, safe)
+    if not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
+        BOARD.defer(site, x, safe.ne(x))
     return safe
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from nb_cudaguard.check.fast_rules import _fold, compiling, plain
-from nb_cudaguard.check.fast_sites import SITES, Rule
+from nb_cudaguard.check.fast.rules import _fold, compiling, plain
+from nb_cudaguard.check.fast.sites import SITES, Rule
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 _KEEP_SOURCE = 1 << 20  # elements: smaller sources are kept alive with their index, to show the NaN itself

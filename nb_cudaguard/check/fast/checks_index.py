@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from nb_cudaguard.check.fast_args import Args, arg, site_of, with_arg
-from nb_cudaguard.check.fast_casts import check_cast
-from nb_cudaguard.check.fast_rules import index_in_range, integral, plain, selection_fits
+from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
+from nb_cudaguard.check.fast.casts import check_cast
+from nb_cudaguard.check.fast.rules import index_in_range, integral, plain, selection_fits
 from nb_cudaguard.check.ops_index import one_hot_labels
 
 
