@@ -82,9 +82,12 @@ def _combine(*confidences: float) -> float:
     return 1.0 - remaining
 
 
-def _catalog_causes(incident: Incident) -> dict[str, Cause]:
+def _catalog_causes(incident: Incident) -> tuple[dict[str, Cause], bool]:
+    """The printed assertions' and error texts' causes by family, and whether the log names what failed outside
+    our families only (then no family is put forward by the prior: a bernoulli assertion is no label's)."""
     by_family: dict[str, Cause] = {}
-    for hit in catalog.hits_for(incident.text, incident.assertions):
+    hits = catalog.hits_for(incident.text, incident.assertions)
+    for hit in hits:
         evidence = Evidence(kind=hit.source, text=hit.detail, direct=True)
         cause = by_family.get(hit.family)
         if cause is None:
@@ -92,7 +95,7 @@ def _catalog_causes(incident: Incident) -> dict[str, Cause]:
         else:
             cause.confidence = _combine(cause.confidence, hit.confidence)
             cause.evidence.append(evidence)
-    return by_family
+    return by_family, any(h.definite for h in hits) and all(h.family == "other" for h in hits)
 
 
 def _sources(incident: Incident, code: str | None, journal: Iterable | None) -> list[str]:
@@ -131,7 +134,7 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
 
 def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> Diagnosis:
     diagnosis = Diagnosis()
-    asserted = _catalog_causes(incident)
+    asserted, outside_families = _catalog_causes(incident)
     sources = _sources(incident, code, journal)
     static = read_sources(sources)
     hints = textual.hints_for(incident) + libsites.hints_for(incident) + lognumbers.hints_for(incident)
@@ -148,7 +151,8 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
                 f"ranked. If it came from a GPU run, the CUDA error was cut off: paste the whole output. {DECIDE}"
             )
         return diagnosis  # the user's tensors have nothing to do with it
-    ranking = prior.prior_for(incident) if not plain_python_error or asserted or hints else None
+    wanted_prior = (not plain_python_error or asserted or hints) and not outside_families
+    ranking = prior.prior_for(incident) if wanted_prior else None
     expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,

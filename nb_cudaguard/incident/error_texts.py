@@ -200,6 +200,45 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         "or use mixed precision.",
     ),
     _t(
+        "launch_out_of_resources",
+        r"too many resources requested for launch",
+        "other",
+        False,
+        "A kernel asked for more registers or shared memory than the GPU has (cudaErrorLaunchOutOfResources, "
+        "701): the launch configuration, not the data.",
+        "cudaGetErrorString(cudaErrorLaunchOutOfResources)",
+        fix="Lower the block size of a custom kernel, or use a build of the extension made for this GPU.",
+    ),
+    _t(
+        "invalid_argument",
+        r"CUDA error: invalid (argument|device function|device ordinal)",
+        "other",
+        False,
+        "A CUDA call got an argument it refuses (cudaErrorInvalidValue 1, cudaErrorInvalidDeviceFunction 98, "
+        "cudaErrorInvalidDevice 101): a wrong device index, a kernel not built for this GPU, a bad launch.",
+        "cudaGetErrorString(cudaErrorInvalidValue, cudaErrorInvalidDeviceFunction, cudaErrorInvalidDevice)",
+        fix="Check the device index (torch.cuda.device_count()) and that extensions were built for this GPU.",
+    ),
+    _t(
+        "ecc_uncorrectable",
+        r"uncorrectable ECC error encountered",
+        "other",
+        None,
+        "The GPU's memory reported an uncorrectable error (cudaErrorECCUncorrectable, 214): hardware, not code.",
+        "cudaGetErrorString(cudaErrorECCUncorrectable)",
+        fix="Restart the process; if it recurs, report the GPU to whoever runs the machine (nvidia-smi -q -d ECC).",
+    ),
+    _t(
+        "stream_capture",
+        r"operation not permitted when stream is capturing|operation failed due to a previous error during capture",
+        "other",
+        False,
+        "A call that synchronises or allocates ran inside CUDA graph capture (torch.cuda.graph, torch.compile's "
+        "cudagraphs).",
+        "cudaGetErrorString(cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated)",
+        fix="Move .item(), .cpu(), printing and new allocations out of the captured region.",
+    ),
+    _t(
         "no_kernel_image",
         r"no kernel image is available for execution on the device",
         "other",
@@ -216,6 +255,15 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         None,
         "A class-index target is negative or >= the number of classes.",
         "aten/src/ATen/native/LossNLL.cpp, LossNLL2d.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_margin_target",
+        r"\btarget out of range\b|argument #2 'target' is out of range",
+        "label_out_of_range",
+        None,
+        "multi_margin_loss or multilabel_margin_loss got a class target outside [0, C).",
+        "aten/src/ATen/native/LossMultiMargin.cpp, LossMultiLabelMargin.cpp",
         device="cpu",
     ),
     _t(
@@ -311,7 +359,10 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         r"|Expected tensor for argument #\d+ '\w+' to have scalar type (?:Long|Int); but got \S*(?:Float|Double|Half)"
         r"|Expected object of scalar type (?:Long|Int) but got scalar type (?:Float|Double|Half)"
         # 2.x cross_entropy/nll_loss on class indices of a float dtype (LossNLL.cpp's target check)
-        r"|expected target dtype to be Long(?: or \w+)?, but got (?:Float|Double|Half|BFloat16)",
+        r"|expected target dtype to be Long(?: or \w+)?, but got (?:Float|Double|Half|BFloat16)"
+        # 1.x-2.x nll_loss dispatched on a float target: the kernel's name is the dispatch's, e.g.
+        # "nll_loss_forward_reduce_cuda_kernel_2d_index" not implemented for 'Float'
+        r"|\"\w*nll_loss\w*\" not implemented for '(?:Float|Double|Half|BFloat16)'",
         "dtype_mismatch",
         None,
         "An index or label tensor has a floating dtype.",
