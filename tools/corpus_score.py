@@ -45,6 +45,8 @@ class Scored:
     families: tuple[str, ...]  # ranked, as explain gives them
     confidence: float
     raw_confidence: float  # the top cause's score before calibration: what the calibration is fitted on
+    answer_kind: str | None  # the curve the top cause goes through (calibration.answer_kind)
+    alternatives: tuple[str, ...]  # the families the report states as one answer (Diagnosis.alternatives)
     only_the_error: bool  # nothing but the error's own lines: see ``says_only_the_error``
 
     @property
@@ -54,6 +56,18 @@ class Scored:
     @property
     def top3(self) -> bool:
         return self.entry["family"] in self.families[:3]
+
+    @property
+    def answers(self) -> list[tuple[str, ...]]:
+        """The report's answers in order: the alternatives it states as one (the top cause's group, where nothing
+        read tells its families apart), then each other cause."""
+        if not self.alternatives:
+            return [(family,) for family in self.families]
+        return [self.alternatives, *((f,) for f in self.families if f not in self.alternatives)]
+
+    @property
+    def top3_answers(self) -> bool:
+        return any(self.entry["family"] in answer for answer in self.answers[:3])
 
     @property
     def empty(self) -> bool:
@@ -183,6 +197,8 @@ def score(entry: dict, rows: dict[str, tuple[str, tuple[str, ...], str]] | None 
         families,
         top.confidence if top else 0.0,
         raw.confidence if raw else 0.0,
+        calibration.answer_kind(raw) if raw else None,
+        tuple(diagnosis.alternatives),
         says_only_the_error(entry),
     )
 
@@ -220,7 +236,8 @@ def calibration_report(scored: list[Scored], split: str) -> list[str]:
     table, error = reliability(rows)
     lines = [
         f"- answers at >= {CONFIDENT:.0%}: {len(confident)}/{len(rows)}, right {_ratio(confident, 'top1')}",
-        f"- right family in the first three: {_ratio(rows, 'top3')}",
+        f"- right family in the first three causes: {_ratio(rows, 'top3')}",
+        f"- right family in the first three answers (stated alternatives as one): {_ratio(rows, 'top3_answers')}",
         f"- logs without a cause: {sum(s.empty for s in rows)}",
         f"- expected calibration error (top cause, {BINS} bins): {error:.3f}",
         "",
@@ -231,12 +248,18 @@ def calibration_report(scored: list[Scored], split: str) -> list[str]:
     return lines
 
 
-def summary(scored: list[Scored]) -> list[str]:
-    """Markdown lines: per split the top-1 family and group, then per kind of log and per family."""
+def calibration_summary(scored: list[Scored]) -> list[str]:
+    """Markdown lines: each half's calibration report, the held-out half first."""
     lines = []
     for split in SPLITS:
-        lines += [f"### {split}", "", *calibration_report(scored, split), ""]
-    lines += ["| half | logs | top-1 family | top-1 in the right group |", "|---|---|---|---|"]
+        name = "dev (leave-one-out prior; the curves were fitted here)" if split == "dev" else split
+        lines += [f"### {name}", "", *calibration_report(scored, split), ""]
+    return lines
+
+
+def summary(scored: list[Scored]) -> list[str]:
+    """Markdown lines: per split the top-1 family and group, then per kind of log and per family."""
+    lines = ["| half | logs | top-1 family | top-1 in the right group |", "|---|---|---|---|"]
     for split in SPLITS:
         rows = [s for s in scored if s.entry["split"] == split]
         name = "dev (leave-one-out prior)" if split == "dev" else split
@@ -301,7 +324,7 @@ def main() -> None:
             if s.entry["split"] == "dev" and not s.top1:
                 print(f"{s.entry['id']:<32} {s.kind:<9} want {s.entry['family']:<28} got {list(s.families[:3])}")
         return
-    print("\n".join(summary(scored)))
+    print("\n".join(calibration_summary(scored) + summary(scored)))
 
 
 if __name__ == "__main__":

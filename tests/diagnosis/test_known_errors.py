@@ -107,6 +107,25 @@ CUDA_ERRORS = {
 }
 
 
+# The driver's own names, as CUDA >= 12.9 builds log them under the error ("Returning 719 (CUDA_ERROR_LAUNCH_FAILED)
+# from cuCtxSynchronize_v2", the reference's section b), and the runtime's names thrust puts before the text.
+DRIVER_LOG = {
+    "Returning 710 (CUDA_ERROR_ASSERT) from cuCtxSynchronize_v2": None,
+    "Returning 700 (CUDA_ERROR_ILLEGAL_ADDRESS) from cuCtxSynchronize_v2": "illegal_memory_access",
+    "Returning 716 (CUDA_ERROR_MISALIGNED_ADDRESS) from cuCtxSynchronize_v2": "illegal_memory_access",
+    "Returning 719 (CUDA_ERROR_LAUNCH_FAILED) from cuCtxSynchronize_v2": "illegal_memory_access",
+}
+
+
+@pytest.mark.parametrize("line", DRIVER_LOG)
+def test_the_driver_logs_names_alone_get_a_cause(line):
+    diagnosis = _explain(f"The CUDA driver logged these messages, which may provide useful details:\n{line}\n")
+    assert diagnosis.causes
+    _prior_marked(diagnosis)
+    if DRIVER_LOG[line] is not None:
+        assert _families(diagnosis)[0] == DRIVER_LOG[line]
+
+
 @pytest.mark.parametrize("text", CUDA_ERRORS)
 def test_every_cuda_error_string_gets_a_cause(text):
     diagnosis = _explain(f"{TRACEBACK}RuntimeError: CUDA error: {text}\n")
@@ -141,6 +160,17 @@ HOST_TEXTS = {
     "RuntimeError: \"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for 'Float'": "dtype_mismatch",
     "RuntimeError: Expected input_lengths to have value at most 50, but got value 60": "ctc_loss",
     "ValueError: cannot convert float NaN to integer": "nan_or_inf",
+    "RuntimeError: index out of range: Tried to access index 5 out of table with 4 rows. at "
+    "../aten/src/TH/generic/THTensorEvenMoreMath.cpp:418": "embedding_index_out_of_range",
+    "IndexError: tensors used as indices must be long, byte or bool tensors": "dtype_mismatch",
+    "RuntimeError: gather(): Expected dtype int64 for index": "dtype_mismatch",
+    "RuntimeError: index_select(): Expected dtype int32 or int64 for index": "dtype_mismatch",
+    "RuntimeError: one_hot is only applicable to index tensor.": "dtype_mismatch",
+    "RuntimeError: expected scalar type Long but found Int": "dtype_mismatch",
+    "RuntimeError: Expected object of scalar type Long but got scalar type Int for argument #2 'target'": "dtype_mismatch",
+    "RuntimeError: target_lengths must be of size batch_size": "ctc_loss",
+    "RuntimeError: Expected tensor to have size at least 62 at dimension 1, but got size 40 for argument #2 'targets' "
+    "(while checking arguments for ctc_loss_gpu)": "ctc_loss",
 }
 
 
