@@ -144,6 +144,10 @@ def calibration_section(scored: list[corpus_score.Scored]) -> list[str]:
         f"| logs without a cause | {empty} ({'met' if empty == 0 else '**not met**'}) | 0 |",
         f"| expected calibration error (top cause, {corpus_score.BINS} bins) | {error:.3f} | - |",
         "",
+        f"The share right at >= 80 % rests on {len(confident)} answers: one more wrong one moves it by "
+        f"{100 / max(len(confident), 1):.0f} points. The curves make few answers that confident, on purpose: on the",
+        "dev half only answers narrowed by the log's words, frames or code were right often enough.",
+        "",
         *corpus_score.calibration_summary(scored),
         "How. `diagnosis/calibration.py` maps the top cause's score through the curve of its kind of answer, each",
         "an isotonic step curve fitted on the dev half only (`data/calibration.json`), its blocks shrunk by five",

@@ -114,7 +114,13 @@ def site_asserts(text: str) -> list[DeviceAssert]:
     return found
 
 
-_TORCH_CUDA_HINT = re.compile(r"CUDA error|CUDA kernel errors|cudaError|torch\.AcceleratorError|CUDA_LAUNCH_BLOCKING")
+# A CUDA failure however it is worded: PyTorch's message and hint, the runtime's error names, the C++ exception a
+# process dies of when the message is cut ("terminate called after throwing an instance of 'c10::CUDAError'"), and
+# ROCm's forms (hipify writes "HIP error" and hipError* for the same calls).
+_TORCH_CUDA_HINT = re.compile(
+    r"CUDA error|CUDA kernel errors|cudaError|torch\.AcceleratorError|CUDA_LAUNCH_BLOCKING"
+    r"|c10::(?:CUDA|Accelerator)Error|HIP error|hipError"
+)
 
 
 def match_error_texts(text: str) -> list[ErrorText]:

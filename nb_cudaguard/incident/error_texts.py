@@ -181,6 +181,17 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         secondary=True,
     ),
     _t(
+        "nccl_cuda_error",
+        r"unhandled cuda error",
+        "other",
+        True,
+        "NCCL found a CUDA call failing under it (ncclUnhandledCudaError): in training code, most often a kernel "
+        "that failed before the collective, on this rank or another.",
+        "nccl src/misc/argcheck, ncclGetErrorString(ncclUnhandledCudaError)",
+        fix="Look for an earlier device assertion in every rank's output; " + LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
         "hip_error",
         r"HIP error: (device-side assert|an illegal memory access|unspecified launch failure)",
         "other",
@@ -200,24 +211,15 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         "or use mixed precision.",
     ),
     _t(
-        "launch_out_of_resources",
-        r"too many resources requested for launch",
+        "launch_refused",
+        r"too many resources requested for launch|CUDA error: invalid (argument|device function|device ordinal)",
         "other",
         False,
-        "A kernel asked for more registers or shared memory than the GPU has (cudaErrorLaunchOutOfResources, "
-        "701): the launch configuration, not the data.",
-        "cudaGetErrorString(cudaErrorLaunchOutOfResources)",
-        fix="Lower the block size of a custom kernel, or use a build of the extension made for this GPU.",
-    ),
-    _t(
-        "invalid_argument",
-        r"CUDA error: invalid (argument|device function|device ordinal)",
-        "other",
-        False,
-        "A CUDA call got an argument it refuses (cudaErrorInvalidValue 1, cudaErrorInvalidDeviceFunction 98, "
-        "cudaErrorInvalidDevice 101): a wrong device index, a kernel not built for this GPU, a bad launch.",
-        "cudaGetErrorString(cudaErrorInvalidValue, cudaErrorInvalidDeviceFunction, cudaErrorInvalidDevice)",
-        fix="Check the device index (torch.cuda.device_count()) and that extensions were built for this GPU.",
+        "CUDA refused a call or a launch (out of resources 701, invalid value 1, invalid device function 98, invalid "
+        "device 101): the launch, the device index or an extension built for another GPU, not the data.",
+        "cudaGetErrorString(cudaErrorLaunchOutOfResources, InvalidValue, InvalidDeviceFunction, InvalidDevice)",
+        fix="Check the device index (torch.cuda.device_count()), custom kernels' block sizes, and that extensions "
+        "were built for this GPU.",
     ),
     _t(
         "ecc_uncorrectable",
@@ -233,8 +235,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         r"operation not permitted when stream is capturing|operation failed due to a previous error during capture",
         "other",
         False,
-        "A call that synchronises or allocates ran inside CUDA graph capture (torch.cuda.graph, torch.compile's "
-        "cudagraphs).",
+        "A call that synchronises or allocates ran inside CUDA graph capture (torch.cuda.graph, cudagraphs).",
         "cudaGetErrorString(cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated)",
         fix="Move .item(), .cpu(), printing and new allocations out of the captured region.",
     ),

@@ -117,6 +117,23 @@ DRIVER_LOG = {
 }
 
 
+# A CUDA failure worded by what carried it: the C++ exception a process dies of with its message cut, ROCm's form,
+# NCCL's report of a CUDA call failing under a collective.
+CARRIED = (
+    "terminate called after throwing an instance of 'c10::CUDAError'",
+    "RuntimeError: HIP error: hipErrorIllegalAddress",
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled cuda error, "
+    "NCCL version 2.10.3",
+)
+
+
+@pytest.mark.parametrize("text", CARRIED)
+def test_a_cuda_failure_carried_by_another_layer_gets_the_usual_causes_marked_as_a_prior(text):
+    diagnosis = _explain(f"{TRACEBACK}{text}\n")
+    assert diagnosis.causes and any(e.kind == "prior" for e in diagnosis.causes[0].evidence)
+    _prior_marked(diagnosis)
+
+
 @pytest.mark.parametrize("line", DRIVER_LOG)
 def test_the_driver_logs_names_alone_get_a_cause(line):
     diagnosis = _explain(f"The CUDA driver logged these messages, which may provide useful details:\n{line}\n")
