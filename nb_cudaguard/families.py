@@ -24,6 +24,9 @@ class Family:
     group: str
     fix: str
     check_fix: str | None = None
+    # The family in a few words, for a line that names the families a log cannot tell apart ("labels out of range,
+    # or a head too small for the classes").
+    short: str = ""
 
 
 TABLE: tuple[Family, ...] = (
@@ -38,6 +41,7 @@ TABLE: tuple[Family, ...] = (
         "[0, C) (labels numbered from 1 need `labels - 1`; 'void' values such as 255 need ignore_index=255), or, "
         "where the data really has more classes, give the head as many outputs (num_classes / num_labels / "
         "out_features = the largest label + 1).",
+        short="labels out of range",
     ),
     Family(
         "negative_label",
@@ -45,6 +49,7 @@ TABLE: tuple[Family, ...] = (
         "class_index",
         "A negative label is read as a class: padding or 'unknown' labels such as -1 need ignore_index=-1 in the "
         "loss (or mapping to -100, its default), and labels shifted by one from a 0-based set start at -1.",
+        short="a negative label",
     ),
     Family(
         "num_classes_mismatch",
@@ -53,6 +58,7 @@ TABLE: tuple[Family, ...] = (
         "The head has fewer outputs than there are classes: set num_classes / num_labels / out_features to the "
         "number of classes (the largest label + 1, counted over every split), and make a dataset config's class "
         "count match the data the model is trained on.",
+        short="a head too small for the classes",
     ),
     Family(
         "embedding_index_out_of_range",
@@ -61,6 +67,7 @@ TABLE: tuple[Family, ...] = (
         "Keep ids in [0, num_embeddings): check the tokenizer and the model come from the same checkpoint, call "
         "model.resize_token_embeddings(len(tokenizer)) after adding tokens, or enlarge "
         "nn.Embedding(num_embeddings=...).",
+        short="ids past the embedding table",
     ),
     Family(
         "vocab_resize_missing",
@@ -68,6 +75,7 @@ TABLE: tuple[Family, ...] = (
         "embedding",
         "Tokens were added to the tokenizer but the embedding table was not resized: call "
         "model.resize_token_embeddings(len(tokenizer)).",
+        short="added tokens without a resize",
     ),
     Family(
         "position_ids_too_long",
@@ -75,6 +83,7 @@ TABLE: tuple[Family, ...] = (
         "embedding",
         "The sequence is longer than max_position_embeddings: tokenize with truncation=True and "
         "max_length=model.config.max_position_embeddings, or shorten the inputs.",
+        short="a sequence longer than the positions",
     ),
     Family(
         "token_type_ids_out_of_range",
@@ -82,6 +91,7 @@ TABLE: tuple[Family, ...] = (
         "embedding",
         "token_type_ids must be < type_vocab_size (usually 2, or 1 for RoBERTa-style models): drop token_type_ids "
         "or build them with the model's own tokenizer.",
+        short="token type ids past their table",
     ),
     Family(
         "bce_input_range",
@@ -90,30 +100,35 @@ TABLE: tuple[Family, ...] = (
         "binary_cross_entropy expects probabilities: use nn.BCEWithLogitsLoss() (or "
         "F.binary_cross_entropy_with_logits) on the raw logits, or apply torch.sigmoid first; check the model "
         "output for NaN.",
+        short="BCE inputs outside [0, 1]",
     ),
     Family(
         "bce_target_range",
         "binary cross-entropy got targets outside [0, 1]",
         "bce",
         "Scale or binarise the targets into [0, 1] (e.g. mask / 255 or (mask > 0).float()).",
+        short="BCE targets outside [0, 1]",
     ),
     Family(
         "gather_scatter_index",
         "a gather/scatter index is outside the indexed dimension",
         "index",
         "Every entry of `index` must be in [0, self.size(dim)): gather/scatter do not wrap negative indices.",
+        short="a gather/scatter index out of range",
     ),
     Family(
         "advanced_index_out_of_bounds",
         "an index is outside the tensor it indexes",
         "index",
         "Keep indices in the valid range of the indexed dimension (check idx.min() and idx.max() against its size).",
+        short="an index out of bounds",
     ),
     Family(
         "one_hot_num_classes",
         "one_hot got a value outside [0, num_classes)",
         "index",
         "Pass num_classes larger than the largest label (or fix the labels), and make labels non-negative.",
+        short="one_hot values past num_classes",
     ),
     Family(
         "multinomial_invalid_probs",
@@ -121,6 +136,7 @@ TABLE: tuple[Family, ...] = (
         "multinomial",
         "Sample from valid probabilities: compute softmax in float32, keep temperature > 0, make sure top-k/top-p "
         "filtering leaves at least one token per row, and find where NaN/inf entered the logits.",
+        short="invalid sampling probabilities",
     ),
     Family(
         "ctc_loss",
@@ -128,6 +144,7 @@ TABLE: tuple[Family, ...] = (
         "ctc",
         "CTC targets must be class indices in [0, C) other than blank; input_lengths <= T (log_probs.size(0)); "
         "target_lengths <= the padded target length (or summing to targets.numel() for concatenated targets).",
+        short="invalid CTC targets or lengths",
     ),
     Family(
         "nan_or_inf",
@@ -138,6 +155,7 @@ TABLE: tuple[Family, ...] = (
         # The check saw the cast itself, on a device where NaN becomes an arbitrary integer (0 on CUDA).
         check_fix="A NaN or inf was cast to an integer index: find where it enters (torch.isfinite(x).all()) "
         "before the cast.",
+        short="a NaN cast to an index",
     ),
     Family(
         "illegal_memory_access",
@@ -145,18 +163,21 @@ TABLE: tuple[Family, ...] = (
         "memory",
         "Re-run with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel; check custom CUDA extensions "
         "and indices passed to ops without bounds checks.",
+        short="an illegal memory access",
     ),
     Family(
         "dtype_mismatch",
         "an index or label tensor has the wrong dtype",
         "dtype",
         "Convert labels and indices with .long() (after checking they hold no NaN).",
+        short="a label or index of the wrong dtype",
     ),
     Family(
         "other",
         "a CUDA kernel failed",
         "other",
         "Re-run the failing cell under %%cudacheck to see the op, its arguments and the offending values.",
+        short="another kernel's failure",
     ),
 )
 
@@ -175,6 +196,10 @@ def summary_of(name: str) -> str:
 
 def group_of(name: str) -> str:
     return family(name).group
+
+
+def short_of(name: str) -> str:
+    return family(name).short
 
 
 def fix_of(name: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from corpus_add import CORPUS, entries
 
-from nb_cudaguard.diagnosis import diagnose
+from nb_cudaguard.diagnosis import calibration, diagnose
 from nb_cudaguard.diagnosis.evidence import prior
 from nb_cudaguard.families import group_of
 from nb_cudaguard.incident.logparse import incident_from_log
@@ -44,11 +44,34 @@ class Scored:
     with_code: bool
     families: tuple[str, ...]  # ranked, as explain gives them
     confidence: float
+    raw_confidence: float  # the top cause's score before calibration: what the calibration is fitted on
+    answer_kind: str | None  # the curve the top cause goes through (calibration.answer_kind)
+    alternatives: tuple[str, ...]  # the families the report states as one answer (Diagnosis.alternatives)
     only_the_error: bool  # nothing but the error's own lines: see ``says_only_the_error``
 
     @property
     def top1(self) -> bool:
         return self.families[:1] == (self.entry["family"],)
+
+    @property
+    def top3(self) -> bool:
+        return self.entry["family"] in self.families[:3]
+
+    @property
+    def answers(self) -> list[tuple[str, ...]]:
+        """The report's answers in order: the alternatives it states as one (the top cause's group, where nothing
+        read tells its families apart), then each other cause."""
+        if not self.alternatives:
+            return [(family,) for family in self.families]
+        return [self.alternatives, *((f,) for f in self.families if f not in self.alternatives)]
+
+    @property
+    def top3_answers(self) -> bool:
+        return any(self.entry["family"] in answer for answer in self.answers[:3])
+
+    @property
+    def empty(self) -> bool:
+        return not self.families
 
     @property
     def group_top1(self) -> bool:
@@ -159,19 +182,79 @@ def score(entry: dict, rows: dict[str, tuple[str, tuple[str, ...], str]] | None 
     if rows is not None and entry["id"] in rows:
         prior.use_table(prior.tally([row for key, row in rows.items() if key != entry["id"]]))
     try:
-        diagnosis = diagnose(incident_from_log(log), code=code)
+        incident = incident_from_log(log)
+        diagnosis = diagnose(incident, code=code)
+        with calibration.disabled():
+            raw = diagnose(incident, code=code).top
     finally:
         prior.use_table(None)
     top = diagnosis.top
     families = tuple(c.family for c in diagnosis.causes)
     return Scored(
-        entry, kind_of(log), code is not None, families, top.confidence if top else 0.0, says_only_the_error(entry)
+        entry,
+        kind_of(log),
+        code is not None,
+        families,
+        top.confidence if top else 0.0,
+        raw.confidence if raw else 0.0,
+        calibration.answer_kind(raw) if raw else None,
+        tuple(diagnosis.alternatives),
+        says_only_the_error(entry),
     )
 
 
 def _ratio(rows: list[Scored], attribute: str) -> str:
     hits = sum(getattr(row, attribute) for row in rows)
     return f"{hits}/{len(rows)} = {hits / len(rows):.0%}" if rows else "-"
+
+
+CONFIDENT = 0.8  # the confidence at which an answer must be right 85 % of the time (issue 31)
+BINS = 10
+
+
+def reliability(rows: list[Scored]) -> tuple[list[tuple[str, int, float, float]], float]:
+    """The top cause's confidence against how often it is right, in ten bins of confidence: (bin, logs, mean
+    confidence, share right) per non-empty bin, and the expected calibration error (the bins' gaps, weighted)."""
+    bins: dict[int, list[Scored]] = defaultdict(list)
+    for row in rows:
+        bins[min(int(row.confidence * BINS), BINS - 1)].append(row)
+    table, error = [], 0.0
+    for index in sorted(bins):
+        members = bins[index]
+        said = sum(r.confidence for r in members) / len(members)
+        right = sum(r.top1 for r in members) / len(members)
+        table.append((f"{index / BINS:.0%}-{(index + 1) / BINS:.0%}", len(members), said, right))
+        error += len(members) / len(rows) * abs(said - right)
+    return table, error
+
+
+def calibration_report(scored: list[Scored], split: str) -> list[str]:
+    """Markdown lines for one half: the share right at >= 80 %, the first three, logs without a cause, the
+    expected calibration error and the reliability table."""
+    rows = [s for s in scored if s.entry["split"] == split]
+    confident = [s for s in rows if s.confidence >= CONFIDENT]
+    table, error = reliability(rows)
+    lines = [
+        f"- answers at >= {CONFIDENT:.0%}: {len(confident)}/{len(rows)}, right {_ratio(confident, 'top1')}",
+        f"- right family in the first three causes: {_ratio(rows, 'top3')}",
+        f"- right family in the first three answers (stated alternatives as one): {_ratio(rows, 'top3_answers')}",
+        f"- logs without a cause: {sum(s.empty for s in rows)}",
+        f"- expected calibration error (top cause, {BINS} bins): {error:.3f}",
+        "",
+        "| confidence | logs | mean confidence | right |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {name} | {count} | {said:.0%} | {right:.0%} |" for name, count, said, right in table]
+    return lines
+
+
+def calibration_summary(scored: list[Scored]) -> list[str]:
+    """Markdown lines: each half's calibration report, the held-out half first."""
+    lines = []
+    for split in SPLITS:
+        name = "dev (leave-one-out prior; the curves were fitted here)" if split == "dev" else split
+        lines += [f"### {name}", "", *calibration_report(scored, split), ""]
+    return lines
 
 
 def summary(scored: list[Scored]) -> list[str]:
@@ -241,7 +324,7 @@ def main() -> None:
             if s.entry["split"] == "dev" and not s.top1:
                 print(f"{s.entry['id']:<32} {s.kind:<9} want {s.entry['family']:<28} got {list(s.families[:3])}")
         return
-    print("\n".join(summary(scored)))
+    print("\n".join(calibration_summary(scored) + summary(scored)))
 
 
 if __name__ == "__main__":

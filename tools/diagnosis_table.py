@@ -115,8 +115,70 @@ def _only_error(split: str) -> str:
     return f"{sum(corpus_score.says_only_the_error(e) for e in rows)} of {len(rows)}"
 
 
-def corpus_section() -> list[str]:
-    scored = corpus_score.scored_corpus()
+def _target(hits: int, total: int, target: float) -> str:
+    share = hits / total if total else 0.0
+    return f"{hits}/{total} = {share:.0%} ({'met' if share >= target else '**not met**'})"
+
+
+def calibration_section(scored: list[corpus_score.Scored]) -> list[str]:
+    """Issue 31's figures on the held-out half, against its targets, then how they are made and counted."""
+    held_out = [x for x in scored if x.entry["split"] == "held_out"]
+    confident = [x for x in held_out if x.confidence >= corpus_score.CONFIDENT]
+    _, error = corpus_score.reliability(held_out)
+    empty = sum(x.empty for x in held_out)
+    return [
+        "## Calibration on the held-out half (issue 31)",
+        "",
+        "`PYTHONPATH=.:tools python tools/corpus_score.py` (the same figures, both halves), held-out half "
+        f"({len(held_out)} logs), scored after the curves were fitted on the dev half "
+        "(`PYTHONPATH=.:tools python tools/fit_calibration.py`):",
+        "",
+        "| figure | held-out | target |",
+        "|---|---|---|",
+        f"| right, of the answers given at >= 80 % | {_target(sum(x.top1 for x in confident), len(confident), 0.85)}"
+        " | >= 85 % |",
+        f"| right family in the first three causes | {_target(sum(x.top3 for x in held_out), len(held_out), 0.9)}"
+        " | >= 90 % |",
+        "| right family in the first three answers (a stated set of alternatives counted as one) | "
+        f"{_target(sum(x.top3_answers for x in held_out), len(held_out), 0.9)} | >= 90 % |",
+        f"| logs without a cause | {empty} ({'met' if empty == 0 else '**not met**'}) | 0 |",
+        f"| expected calibration error (top cause, {corpus_score.BINS} bins) | {error:.3f} | - |",
+        "",
+        f"The share right at >= 80 % rests on {len(confident)} answers: one more wrong one moves it by "
+        f"{100 / max(len(confident), 1):.0f} points. The curves make few answers that confident, on purpose: on the",
+        "dev half only answers narrowed by the log's words, frames or code were right often enough.",
+        "",
+        *corpus_score.calibration_summary(scored),
+        "How. `diagnosis/calibration.py` maps the top cause's score through the curve of its kind of answer, each",
+        "an isotonic step curve fitted on the dev half only (`data/calibration.json`), its blocks shrunk by five",
+        "pseudo-logs toward the dev half's share right over all kinds (the rules that narrow a family were written",
+        "on the dev logs, so a kind's own share runs high): `named` (the printed assertion or error text alone; an",
+        "index assertion of a head too small is such an answer, wrong), `narrowed` (the log's words, frames or code",
+        "narrowed the family), `prior` (the prior alone ranked the family). An answer resting on the prior alone",
+        "never reads above what the prior supports: its share of the symptom's causes, or of its group's once a",
+        "printed text names the group. An answer backed by a value read on the host or a healthy device is not",
+        "what the curves measured (no corpus log has one) and keeps its score. The causes of one report are",
+        "exclusive: the ones after the first share what the first leaves, each at most the one ranked before it, so",
+        'they add up to at most 100 % (the rest is "something else").',
+        "",
+        "The log that cannot decide. Where the prior alone ranks the top cause's family, the report names the",
+        "families of its group among the causes as alternatives (`Diagnosis.alternatives`) in one line, with the",
+        "step that decides: `Labels out of range, or a head too small for the classes, or a negative label: nothing",
+        "read here tells which; `--code FILE` (the script that failed) or a re-run of the failing cell under",
+        "%%cudacheck decides.` In a poisoned notebook the step is `%cudaguard restart --diagnose`. Where no text",
+        "names the op (a bare `device-side assert triggered`), the line says the alternatives are the likeliest",
+        "though nothing names the op, and the likeliest family's group is put forward whole.",
+        "",
+        "How the first three are counted. `first three causes`: the confirmed family is among the report's first",
+        "three causes. `first three answers`: the stated alternatives count as one answer (the report says them in",
+        "one line as one answer: one of these, the log cannot tell which), followed by each other cause; the",
+        "confirmed family is in one of the first three. The second is the looser figure: an answer of alternatives",
+        "holds up to four families of one group.",
+        "",
+    ]
+
+
+def corpus_section(scored: list[corpus_score.Scored]) -> list[str]:
     held_out = [x for x in scored if x.entry["split"] == "held_out"]
     dev = [x for x in scored if x.entry["split"] == "dev"]
     head = [
@@ -277,15 +339,20 @@ def main() -> None:
         "  embedding group: index_select with more than 16 ids, nn.Embedding's forward, runs there.",
         "",
     ]
-    lines += corpus_section() + scenarios_section()
+    scored = corpus_score.scored_corpus()
+    lines[2:2] = calibration_section(scored)
+    lines += corpus_section(scored) + scenarios_section()
     lines += [
         "## Known misses",
         "",
         "- Within a group the log often holds nothing that separates the families: `srcIndex < srcSelectDimSize`",
         "  alone does not say whether token ids, positions or token types overflowed, and `t >= 0 && t < n_classes`",
         "  does not say whether the labels or the head are wrong (`label_out_of_range` against",
-        "  `num_classes_mismatch`). The family is then the prior's, with a confidence of about the prior's share and",
-        "  a note that says so and names `%%cudacheck` as the step that decides.",
+        "  `num_classes_mismatch`). The family is then the prior's, with a confidence no higher than the prior's",
+        "  share, and one line names the group's families as alternatives and the step that decides.",
+        "- An assertion of one op raised by a cause of another group (an `x[idx]` assertion from a head too small,",
+        "  an embedding assertion in a graph library's gather) is answered with the op's family at the `named`",
+        "  curve's confidence; the first three answers hold the right family only if the ranking's others do.",
         "- A log with only the generic message, a cuBLAS/cuDNN error or `copy_if failed to synchronize` is ranked by",
         "  the prior for that symptom and the kinds of model its frames and words show: the right group more often",
         "  than not, the right family much less often.",

@@ -67,19 +67,31 @@ class Cause:
 
 @dataclass
 class Diagnosis:
+    """``alternatives``: the families (the top cause's first) that nothing read tells apart, which the report
+    states as one answer with the step that decides; empty when the evidence chose the family."""
+
     causes: list[Cause] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def top(self) -> Cause | None:
         return self.causes[0] if self.causes else None
 
     def to_dict(self) -> dict:
-        return {"causes": [c.to_dict() for c in self.causes], "notes": list(self.notes)}
+        return {
+            "causes": [c.to_dict() for c in self.causes],
+            "notes": list(self.notes),
+            "alternatives": list(self.alternatives),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Diagnosis:
-        return cls([Cause.from_dict(c) for c in data.get("causes", [])], [str(n) for n in data.get("notes", [])])
+        return cls(
+            [Cause.from_dict(c) for c in data.get("causes", [])],
+            [str(n) for n in data.get("notes", [])],
+            [str(f) for f in data.get("alternatives", [])],
+        )
 
 
 def cause_from_check(error: CudaCheckError) -> Cause:

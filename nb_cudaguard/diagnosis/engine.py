@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nb_cudaguard.diagnosis import checked
+from nb_cudaguard.diagnosis import alternatives, calibration, checked
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.diagnosis.evidence import (
     classes,
@@ -68,7 +68,7 @@ _ASSERTION_NAMES_FAMILY = frozenset({"bce", "index"})
 _VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
 _NARROWING = ("traceback", "log", "source")  # inferred evidence that names a family within the printed group
 PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
-PRIOR_FAMILIES = 3  # families the prior adds on its own when nothing names a group
+PRIOR_FAMILIES = 4  # families the prior adds on its own when nothing names a group
 DECIDE = (
     "The step that decides: re-run the failing cell under %%cudacheck (in a notebook with nb_cudaguard loaded: "
     "restart, replay and diagnose), which stops the op before it runs and names the values."
@@ -82,9 +82,12 @@ def _combine(*confidences: float) -> float:
     return 1.0 - remaining
 
 
-def _catalog_causes(incident: Incident) -> dict[str, Cause]:
+def _catalog_causes(incident: Incident) -> tuple[dict[str, Cause], bool]:
+    """The printed assertions' and error texts' causes by family, and whether the log names what failed outside
+    our families only (then no family is put forward by the prior: a bernoulli assertion is no label's)."""
     by_family: dict[str, Cause] = {}
-    for hit in catalog.hits_for(incident.text, incident.assertions):
+    hits = catalog.hits_for(incident.text, incident.assertions)
+    for hit in hits:
         evidence = Evidence(kind=hit.source, text=hit.detail, direct=True)
         cause = by_family.get(hit.family)
         if cause is None:
@@ -92,7 +95,7 @@ def _catalog_causes(incident: Incident) -> dict[str, Cause]:
         else:
             cause.confidence = _combine(cause.confidence, hit.confidence)
             cause.evidence.append(evidence)
-    return by_family
+    return by_family, any(h.definite for h in hits) and all(h.family == "other" for h in hits)
 
 
 def _sources(incident: Incident, code: str | None, journal: Iterable | None) -> list[str]:
@@ -131,7 +134,7 @@ def diagnose(incident: Incident, *, code: str | None = None, journal: Iterable |
 
 def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> Diagnosis:
     diagnosis = Diagnosis()
-    asserted = _catalog_causes(incident)
+    asserted, outside_families = _catalog_causes(incident)
     sources = _sources(incident, code, journal)
     static = read_sources(sources)
     hints = textual.hints_for(incident) + libsites.hints_for(incident) + lognumbers.hints_for(incident)
@@ -148,7 +151,8 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
                 f"ranked. If it came from a GPU run, the CUDA error was cut off: paste the whole output. {DECIDE}"
             )
         return diagnosis  # the user's tensors have nothing to do with it
-    ranking = prior.prior_for(incident) if not plain_python_error or asserted or hints else None
+    wanted_prior = (not plain_python_error or asserted or hints) and not outside_families
+    ranking = prior.prior_for(incident) if wanted_prior else None
     expected = {group_of(f) for f in asserted} | {group_of(h.family) for h in hints}
     ctx = Context(
         incident=incident,
@@ -163,7 +167,12 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
             found += analyser(ctx)
         except Exception as exc:  # one analyser's surprise must not cost the user the others
             diagnosis.notes.append(f"The {name} check could not finish ({type(exc).__name__}: {exc}).")
-    diagnosis.causes = _rank(asserted, _not_against_values(hints, found), found, ranking)
+    diagnosis.causes = calibration.exclusive(
+        _rank(asserted, _not_against_values(hints, found), found, ranking), ranking
+    )
+    diagnosis.alternatives = alternatives.undecided(diagnosis.causes)
+    if diagnosis.alternatives:
+        diagnosis.notes.append(alternatives.line(diagnosis, incident, code))
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 
@@ -271,6 +280,8 @@ def _add_prior_candidates(
     wanted = [f for f, _ in ranking.ranked() if group_of(f) in named_groups]
     if not named_groups:
         wanted = [f for f, _ in ranking.ranked()[:PRIOR_FAMILIES]]
+        # the likeliest family's group whole: the report states its families as alternatives, not one by chance
+        wanted += [f for f, _ in ranking.ranked() if wanted and group_of(f) == group_of(wanted[0])]
     for family in wanted:
         if family not in merged:
             merged[family] = Cause(family, 0.0, summary_of(family), _fix_for(family, asserted), [])
@@ -305,7 +316,9 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
         )
     top = diagnosis.top
     if top is not None and any(e.kind == "prior" for e in top.evidence):
-        if all(e.kind in ("prior", "error_text", "assertion") for e in top.evidence):
+        if diagnosis.alternatives:
+            pass  # the alternatives' line says it, and the step that decides
+        elif all(e.kind in ("prior", "error_text", "assertion") for e in top.evidence):
             notes.append(
                 f"`{top.family}` is ranked first by a prior (how often each family caused this symptom in the "
                 f"corpus), not by anything in this log that names it. {DECIDE}"
@@ -336,7 +349,11 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
             "out-of-bounds pointer, or an index passed to an op without bounds checks; run with "
             "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel."
         )
-    elif top.family == "embedding_index_out_of_range" and not any(e.kind == "tensor" for e in top.evidence):
+    elif (
+        top.family == "embedding_index_out_of_range"
+        and not diagnosis.alternatives
+        and not any(e.kind == "tensor" for e in top.evidence)
+    ):
         notes.append(
             "An embedding index was out of range, but no tensor was in reach to say which table: token ids beyond "
             "the vocabulary, a sequence longer than max_position_embeddings, or token_type_ids beyond "
@@ -344,7 +361,7 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
         )
     elif top.family == "other":
         notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
-    elif top.confidence < 0.5:
+    elif top.confidence < 0.5 and not diagnosis.alternatives:
         notes.append(
             f"Low confidence ({top.confidence:.0%}): no assertion line and no readable values point at one op; "
             "give the code (explain --code FILE) or re-run under %%cudacheck."

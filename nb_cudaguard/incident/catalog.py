@@ -114,7 +114,13 @@ def site_asserts(text: str) -> list[DeviceAssert]:
     return found
 
 
-_TORCH_CUDA_HINT = re.compile(r"CUDA error|CUDA kernel errors|cudaError|torch\.AcceleratorError|CUDA_LAUNCH_BLOCKING")
+# A CUDA failure however it is worded: PyTorch's message and hint, the runtime's error names, the C++ exception a
+# process dies of when the message is cut ("terminate called after throwing an instance of 'c10::CUDAError'"), and
+# ROCm's forms (hipify writes "HIP error" and hipError* for the same calls).
+_TORCH_CUDA_HINT = re.compile(
+    r"CUDA error|CUDA kernel errors|cudaError|torch\.AcceleratorError|CUDA_LAUNCH_BLOCKING"
+    r"|c10::(?:CUDA|Accelerator)Error|HIP error|hipError"
+)
 
 
 def match_error_texts(text: str) -> list[ErrorText]:
@@ -154,6 +160,14 @@ class CatalogHit:
     fix: str
     confidence: float
     extra: dict[str, object] = field(default_factory=dict)
+    # The text says what failed though no family of ours holds it (torch.bernoulli's assertion, out of memory, an
+    # invalid device ordinal): no family is put forward by how often it causes a bare device-side assert.
+    definite: bool = False
+
+
+# CUDA errors that say a kernel failed without saying which (every op's device-side assert, ROCm's form of it), and
+# cuDNN's refusal of a configuration, which our families cause too (CTC targets of 256 labels or more).
+_UNNAMED_TEXTS = frozenset({"device_side_assert", "hip_error", "cudnn_not_supported"})
 
 
 # An assertion quoted without the device's ``file:line: kernel: block: ...`` prefix: a title, a line wrapped by the
@@ -163,15 +177,34 @@ _BARE_ASSERTION = re.compile(
 )
 
 
+# An assertion line cut short inside its condition (a paste that starts mid-line, a viewer's clipped column): what is
+# left of the condition starts the line and ends in the closing backtick.
+_CUT_ASSERTION = re.compile(r"^[\s.…>]*(?P<cut>[^\s`][^\n]*?)\s*` failed", re.MULTILINE)
+CUT_MIN_CHARS = 6  # a shorter tail (``x > 0``) is in too many conditions to name one
+
+
 def bare_assertions(text: str) -> list[AssertionRecord]:
-    """Conditions the catalog knows, quoted in ``text`` without their kernel line."""
+    """Conditions the catalog knows, quoted in ``text`` without their kernel line, or cut short at their start."""
     found: dict[str, AssertionRecord] = {}
-    for match in _BARE_ASSERTION.finditer(text):
-        condition = (match["quoted"] or match["ticked"]).strip()
+    quoted = [(m["quoted"] or m["ticked"]).strip() for m in _BARE_ASSERTION.finditer(text)]
+    for condition in quoted + [m["cut"].strip() for m in _CUT_ASSERTION.finditer(text)]:
         record = AssertionRecord(file="", line=0, kernel="", condition=condition)
-        if condition not in found and lookup_assertion(record) is not None:
-            found[condition] = record
+        if lookup_assertion(record) is None:
+            whole = _completed(condition)
+            if whole is None:
+                continue
+            record = AssertionRecord(file="", line=0, kernel="", condition=whole)
+        found.setdefault(record.condition, record)
     return list(found.values())
+
+
+def _completed(tail: str) -> str | None:
+    """The known condition ``tail`` is the end of, where every condition ending so names one family."""
+    wanted = _normalise(tail)
+    if len(wanted) < CUT_MIN_CHARS:
+        return None
+    ends = [d for d in device_asserts() if _normalise(d.condition).endswith(wanted)]
+    return ends[0].condition if ends and len({d.family for d in ends}) == 1 else None
 
 
 def hits_for(text: str, assertions: list[AssertionRecord]) -> list[CatalogHit]:
@@ -189,8 +222,9 @@ def hits_for(text: str, assertions: list[AssertionRecord]) -> list[CatalogHit]:
                 "assertion",
                 entry.cause,
                 entry.fix,
-                0.9 if entry.family != "other" else 0.5,
+                0.9,
                 {"ops": list(entry.ops), "file": entry.file},
+                definite=entry.family == "other",
             )
         )
     for entry in site_asserts(text):
@@ -199,8 +233,10 @@ def hits_for(text: str, assertions: list[AssertionRecord]) -> list[CatalogHit]:
     for said in match_error_texts(text):
         if said.secondary:
             continue  # says that an earlier kernel failed, not which: the diagnosis ranks the usual causes
-        confidence = 0.8 if said.family != "other" else 0.2
-        hits.append(CatalogHit(said.family, "error_text", said.meaning, said.fix, confidence, {"name": said.name}))
+        definite = said.family == "other" and said.name not in _UNNAMED_TEXTS
+        confidence = 0.8 if said.family != "other" or definite else 0.2
+        hit = CatalogHit(said.family, "error_text", said.meaning, said.fix, confidence, {"name": said.name}, definite)
+        hits.append(hit)
     return hits
 
 

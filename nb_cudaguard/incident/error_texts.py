@@ -59,17 +59,17 @@ LAUNCH_BLOCKING = "Re-run the failing cell with the %%cudacheck magic (or CUDA_L
 ERROR_TEXTS: tuple[ErrorText, ...] = (
     _t(
         "device_side_assert",
-        r"device-side assert(ion)? triggered",
+        r"device-side assert(ion)? triggered|\bCUDA_ERROR_ASSERT\b|\bcudaErrorAssert\b",
         "other",
         True,
         "A CUDA kernel checked its input and stopped (cudaErrorAssert, 710). The context is poisoned: every later "
         "CUDA call fails with the same error.",
-        "c10/cuda/CUDAException.cpp; cudaGetErrorString(cudaErrorAssert)",
+        "c10/cuda/CUDAException.cpp; cudaGetErrorString(cudaErrorAssert); CUDA_ERROR_ASSERT in the driver log",
         fix="Find the printed `Assertion ... failed.` line; " + LAUNCH_BLOCKING,
     ),
     _t(
         "illegal_memory_access",
-        r"illegal memory acc?ess?",
+        r"illegal memory acc?ess?|\bCUDA_ERROR_ILLEGAL_ADDRESS\b|\bcudaErrorIllegalAddress\b",
         "illegal_memory_access",
         True,
         "A kernel read or wrote memory it does not own (cudaErrorIllegalAddress, 700). CUDA reports it at the next "
@@ -80,7 +80,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ),
     _t(
         "misaligned_address",
-        r"misaligned address",
+        r"misaligned address|\bCUDA_ERROR_MISALIGNED_ADDRESS\b",
         "illegal_memory_access",
         True,
         "A kernel accessed memory at a misaligned address (cudaErrorMisalignedAddress, 716).",
@@ -89,7 +89,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ),
     _t(
         "unspecified_launch_failure",
-        r"unspecified launch failure",
+        r"unspecified launch failure|\bCUDA_ERROR_LAUNCH_FAILED\b|\bcudaErrorLaunchFailure\b",
         "illegal_memory_access",
         True,
         "A kernel crashed (cudaErrorLaunchFailure, 719), e.g. an invalid device pointer; it is reported at the next "
@@ -181,6 +181,17 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         secondary=True,
     ),
     _t(
+        "nccl_cuda_error",
+        r"unhandled cuda error",
+        "other",
+        True,
+        "NCCL found a CUDA call failing under it (ncclUnhandledCudaError): in training code, most often a kernel "
+        "that failed before the collective, on this rank or another.",
+        "nccl src/misc/argcheck, ncclGetErrorString(ncclUnhandledCudaError)",
+        fix="Look for an earlier device assertion in every rank's output; " + LAUNCH_BLOCKING,
+        secondary=True,
+    ),
+    _t(
         "hip_error",
         r"HIP error: (device-side assert|an illegal memory access|unspecified launch failure)",
         "other",
@@ -200,6 +211,35 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         "or use mixed precision.",
     ),
     _t(
+        "launch_refused",
+        r"too many resources requested for launch|CUDA error: invalid (argument|device function|device ordinal)",
+        "other",
+        False,
+        "CUDA refused a call or a launch (out of resources 701, invalid value 1, invalid device function 98, invalid "
+        "device 101): the launch, the device index or an extension built for another GPU, not the data.",
+        "cudaGetErrorString(cudaErrorLaunchOutOfResources, InvalidValue, InvalidDeviceFunction, InvalidDevice)",
+        fix="Check the device index (torch.cuda.device_count()), custom kernels' block sizes, and that extensions "
+        "were built for this GPU.",
+    ),
+    _t(
+        "ecc_uncorrectable",
+        r"uncorrectable ECC error encountered",
+        "other",
+        None,
+        "The GPU's memory reported an uncorrectable error (cudaErrorECCUncorrectable, 214): hardware, not code.",
+        "cudaGetErrorString(cudaErrorECCUncorrectable)",
+        fix="Restart the process; if it recurs, report the GPU to whoever runs the machine (nvidia-smi -q -d ECC).",
+    ),
+    _t(
+        "stream_capture",
+        r"operation not permitted when stream is capturing|operation failed due to a previous error during capture",
+        "other",
+        False,
+        "A call that synchronises or allocates ran inside CUDA graph capture (torch.cuda.graph, cudagraphs).",
+        "cudaGetErrorString(cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated)",
+        fix="Move .item(), .cpu(), printing and new allocations out of the captured region.",
+    ),
+    _t(
         "no_kernel_image",
         r"no kernel image is available for execution on the device",
         "other",
@@ -216,6 +256,15 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         None,
         "A class-index target is negative or >= the number of classes.",
         "aten/src/ATen/native/LossNLL.cpp, LossNLL2d.cpp",
+        device="cpu",
+    ),
+    _t(
+        "cpu_margin_target",
+        r"\btarget out of range\b|argument #2 'target' is out of range",
+        "label_out_of_range",
+        None,
+        "multi_margin_loss or multilabel_margin_loss got a class target outside [0, C).",
+        "aten/src/ATen/native/LossMultiMargin.cpp, LossMultiLabelMargin.cpp",
         device="cpu",
     ),
     _t(
@@ -266,7 +315,10 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ),
     _t(
         "cpu_index_select_th",
-        r"index out of range at \S*TH(Tensor(EvenMore)?Math|TensorMath)",
+        r"index out of range at \S*TH(Tensor(EvenMore)?Math|TensorMath)"
+        # 1.2-1.4 (THTensorEvenMoreMath.cpp, index_select): "index out of range: Tried to access index 5 out of
+        # table with 4 rows. at ../aten/src/TH/generic/THTensorEvenMoreMath.cpp:418"
+        r"|index out of range: Tried to access index -?\d+ out of table with \d+ rows",
         "embedding_index_out_of_range",
         None,
         "index_select (behind nn.Embedding in 0.4-1.1) got an index outside the table.",
@@ -306,12 +358,18 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         "cpu_dtype_mismatch",
         r"expected scalar type (Long|Int) but found (Float|Double|Half|BFloat16)"
         r"|Expected tensor for argument #\d+ 'indices' to have one of the following scalar types"
-        r"|tensors used as indices must be long, int, byte or bool tensors"
+        r"|tensors used as indices must be long, (?:int, )?byte or bool tensors"
+        # gather/scatter/index_select's own index check (2.x) and one_hot's (Onehot.cpp)
+        r"|\w+\(\): Expected dtype int(?:32 or int)?64 for index|one_hot is only applicable to index tensor"
         # 1.0 to 1.5: checkScalarType and the legacy bindings' argument check
         r"|Expected tensor for argument #\d+ '\w+' to have scalar type (?:Long|Int); but got \S*(?:Float|Double|Half)"
-        r"|Expected object of scalar type (?:Long|Int) but got scalar type (?:Float|Double|Half)"
+        r"|Expected object of scalar type Long but got scalar type (?:Float|Double|Half|Int|Short|Byte|Char)"
+        r"|expected scalar type Long but found (?:Int|Short|Byte|Char)"
         # 2.x cross_entropy/nll_loss on class indices of a float dtype (LossNLL.cpp's target check)
-        r"|expected target dtype to be Long(?: or \w+)?, but got (?:Float|Double|Half|BFloat16)",
+        r"|expected target dtype to be Long(?: or \w+)?, but got (?:Float|Double|Half|BFloat16)"
+        # 1.x-2.x nll_loss dispatched on a float target: the kernel's name is the dispatch's, e.g.
+        # "nll_loss_forward_reduce_cuda_kernel_2d_index" not implemented for 'Float'
+        r"|\"\w*nll_loss\w*\" not implemented for '(?:Float|Double|Half|BFloat16)'",
         "dtype_mismatch",
         None,
         "An index or label tensor has a floating dtype.",
@@ -320,7 +378,10 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ),
     _t(
         "cpu_ctc_lengths",
-        r"Expected (?:input|target)_lengths to have value at most \d+, but got value \d+",
+        r"Expected (?:input|target)_lengths to have value at most \d+, but got value \d+"
+        # LossCTC's other host checks: lengths per batch, and the padded targets' size
+        r"|(?:input|target)_lengths must be of size batch_size"
+        r"|for argument #\d+ 'targets' \(while checking arguments for ctc_loss",
         "ctc_loss",
         None,
         "A CTC length is longer than the time steps (or the targets) it describes; checked on the host, also on CUDA.",

@@ -27,7 +27,7 @@ import corpus_score  # noqa: E402
 from corpus_add import split_of  # noqa: E402
 
 # (top-1 family, top-1 in the right group), as measured by tools/corpus_score.py: floors, not targets.
-FLOORS = {"held_out": (42, 70), "dev": (83, 107)}
+FLOORS = {"held_out": (42, 70), "dev": (79, 107)}
 
 
 def _explain(entry: dict):
