@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from nb_cudaguard.panel.content import CauseLine, EvidenceRow
 
 SHOWN = 3  # distinct offending values quoted in the sentence
-_INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)[)\]]$")
+_INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)([)\]])")
 _PATH = re.compile(r"^[A-Za-z_][\w.]*(\[\d+\])?$")
 # How a range's source reads as a fact about the user's object: the attribute that bounds it -> the words.
 _BOUNDS = {".out_features": "outputs", ".num_embeddings": "rows", ".num_classes": "classes"}
@@ -44,7 +44,7 @@ def _problem(cause: CauseLine, owner: str | None) -> str:
     row = next((r for r in cause.evidence if r.valid_range), None)
     if row is None or row.valid_range is None:
         return f"{cause.title} in {who}." if name else f"{cause.title}."
-    against = _against(row)
+    against = next((_against(r) for r in cause.evidence if _bound(r)), "") or _against(row)
     valid = row.valid_range
     if not row.values:
         return f"{cause.title} in {who}: it must be {valid}{f' ({against})' if against else ''}."
@@ -58,19 +58,37 @@ def _problem(cause: CauseLine, owner: str | None) -> str:
     return f"{found}{f': {against}' if against else ''}."
 
 
+def _bound(row: EvidenceRow) -> str | None:
+    """The user's attribute that bounds a row's interval ("out_features" of ``model.classifier``), if it names one."""
+    source = _path(row.range_source or "")
+    return next((a for a in _BOUNDS if source.endswith(a)), None) if _interval(row) is not None else None
+
+
 def _against(row: EvidenceRow) -> str:
     """Where the range comes from, as a fact: "`model.classifier` has 195 outputs", "`logits.shape[1]` is 2"."""
-    source = row.range_source
-    if not source:
+    source = _path(row.range_source or "")
+    size = _interval(row)
+    if not row.range_source:
         return ""
-    interval = _INTERVAL.match(row.valid_range or "")
-    if interval is None or not _PATH.match(source):
-        return f"the range comes from `{source}`"
-    size = int(interval.group(2)) + (1 if (row.valid_range or "").endswith("]") else 0)
-    for attribute, words in _BOUNDS.items():
-        if source.endswith(attribute):
-            return f"`{source[: -len(attribute)]}` has {size} {words}"
+    if size is None or not _PATH.match(source):
+        return f"the range comes from `{row.range_source}`"
+    attribute = _bound(row)
+    if attribute is not None:
+        return f"`{source[: -len(attribute)]}` has {size} {_BOUNDS[attribute]}"
     return f"`{source}` is {size}"
+
+
+def _path(source: str) -> str:
+    """A range's source without the words after it: "input.shape[1] (classes)" -> "input.shape[1]"."""
+    return source.split(" (", 1)[0].strip()
+
+
+def _interval(row: EvidenceRow) -> int | None:
+    """How many values the row's range allows from its start, for an interval "[0, 195)" ("... or -100" after it)."""
+    match = _INTERVAL.match(row.valid_range or "")
+    if match is None:
+        return None
+    return int(match.group(2)) + (1 if match.group(3) == "]" else 0)
 
 
 def _fmt(value: object) -> str:

@@ -105,7 +105,7 @@ def to_markdown(content: ReportContent) -> str:
         out += [*(f"- {a.meaning}" for a in content.assertions), ""]
     if content.tensors:
         out += ["**Tensors involved**", "", *(f"- `{name}`: {summary}" for name, summary in content.tensors), ""]
-    out += [f"> {note}" for note in content.notes]
+    out += ["**Notes**", "", *(f"- {note}" for note in content.notes), ""] if content.notes else []
     if len(verdict.next_steps) > 1:
         out += ["", "**Other steps**", "", "```", *verdict.next_steps[1:], "```"]
     return "\n".join(out).rstrip() + "\n"
