@@ -1,4 +1,5 @@
-"""The report's first sentence: what is wrong, in the user's own variable, against what, and the fix.
+"""A cause as the report words it (its line, its evidence rows), and the report's first sentence: what is wrong,
+in the user's own variable, against what, and the fix.
 
 A user reads ten seconds of a panel: the one sentence worth that time says which of their values breaks which limit
 (``labels`` holds 195; ``model.classifier`` has 195 outputs) and what to change. It is worded from the top cause's
@@ -11,16 +12,55 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from nb_cudaguard.panel.content import CauseLine, EvidenceRow
+from nb_cudaguard import families
 
 SHOWN = 3  # distinct offending values quoted in the sentence
 _INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)([)\]])")
 _PATH = re.compile(r"^[A-Za-z_][\w.]*(\[\d+\])?$")
 # How a range's source reads as a fact about the user's object: the attribute that bounds it -> the words.
 _BOUNDS = {".out_features": "outputs", ".num_embeddings": "rows", ".num_classes": "classes"}
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    """One fact behind a cause: its sentence, and the values and range it quotes (which the headline words)."""
+
+    text: str
+    inferred: bool
+    variable: str | None = None
+    values: tuple = ()  # the first offending values (content.VALUES_SHOWN of them)
+    count: int | None = None  # how many break the range, in all
+    valid_range: str | None = None  # "[0, 195)", "[0, 1]", "length <= 16", "int64 (Long)"
+    range_source: str | None = None  # where the range comes from: "model.classifier.out_features"
+
+    @property
+    def line(self) -> str:
+        return self.text + (" (inferred)" if self.inferred else "")
+
+
+@dataclass(frozen=True)
+class CauseLine:
+    family: str
+    variable: str | None
+    confidence: str  # "87%"
+    summary: str
+    fix: str
+    evidence: tuple[EvidenceRow, ...]
+
+    @property
+    def title(self) -> str:
+        """The cause as a person would name it: its family's summary, as a sentence (the identifier is for
+        tools and issues)."""
+        known = families.summary_of(self.family) if self.family in families.FAMILIES else ""
+        text = known or self.summary or self.family.replace("_", " ")
+        return text[:1].upper() + text[1:]
+
+    @property
+    def tag(self) -> str:
+        """The grey tag after a cause: its confidence and its family's identifier, which is for tools and issues
+        and never heads or starts a sentence a user reads."""
+        return f"{self.confidence} · {self.family}"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ then the rest (why, the other causes, the assertion, the tensors, the notes, the
 
 from __future__ import annotations
 
-from nb_cudaguard.panel.content import CauseLine, ReportContent, Verdict
+from nb_cudaguard.panel.content import ReportContent, Verdict
+from nb_cudaguard.panel.headline import CauseLine
 from nb_cudaguard.panel.memory import MemoryFacts, human
 
 
