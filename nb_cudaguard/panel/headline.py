@@ -17,6 +17,7 @@ from nb_cudaguard import families
 
 SHOWN = 3  # distinct offending values quoted in the sentence
 _INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)([)\]])")
+_LONGEST = re.compile(r"^length <= (\d+)$")
 _PATH = re.compile(r"^[A-Za-z_][\w.]*(\[\d+\])?$")
 # How a range's source reads as a fact about the user's object: the attribute that bounds it -> the words.
 _BOUNDS = {".out_features": "outputs", ".num_embeddings": "rows", ".num_classes": "classes"}
@@ -88,7 +89,7 @@ def _problem(cause: CauseLine, owner: str | None) -> str:
     valid = row.valid_range
     if not row.values:
         return f"{cause.title} in {who}: it must be {valid}{f' ({against})' if against else ''}."
-    shown = ", ".join(_fmt(v) for v in list(dict.fromkeys(row.values))[:SHOWN])
+    shown = ", ".join(_fmt(v) for v in _distinct(row.values)[:SHOWN])
     if valid.startswith("length"):
         found = f"{who} is {shown} long; the model allows {valid}"
     elif (row.count or len(row.values)) == 1:
@@ -114,7 +115,8 @@ def _against(row: EvidenceRow) -> str:
         return f"the range comes from `{row.range_source}`"
     attribute = _bound(row)
     if attribute is not None:
-        return f"`{source[: -len(attribute)]}` has {size} {_BOUNDS[attribute]}"
+        words = _BOUNDS[attribute] if size != 1 else _BOUNDS[attribute].removesuffix("s")
+        return f"`{source[: -len(attribute)]}` has {size} {words}"
     return f"`{source}` is {size}"
 
 
@@ -124,11 +126,22 @@ def _path(source: str) -> str:
 
 
 def _interval(row: EvidenceRow) -> int | None:
-    """How many values the row's range allows from its start, for an interval "[0, 195)" ("... or -100" after it)."""
+    """How many values the row's range allows from its start: an interval "[0, 195)" ("... or -100" after it), a
+    longest length "length <= 16"."""
     match = _INTERVAL.match(row.valid_range or "")
-    if match is None:
-        return None
-    return int(match.group(2)) + (1 if match.group(3) == "]" else 0)
+    if match is not None:
+        return int(match.group(2)) + (1 if match.group(3) == "]" else 0)
+    longest = _LONGEST.match(row.valid_range or "")
+    return int(longest.group(1)) if longest is not None else None
+
+
+def _distinct(values: tuple) -> list:
+    """The values once each, smallest first where they compare."""
+    once = list(dict.fromkeys(values))
+    try:
+        return sorted(once)
+    except TypeError:
+        return once
 
 
 def _fmt(value: object) -> str:
