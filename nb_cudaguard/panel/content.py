@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nb_cudaguard import families
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.panel.headline import CauseLine, EvidenceRow, Headline, headline_of
 from nb_cudaguard.panel.memory import MemoryFacts, is_out_of_memory
 from nb_cudaguard.record.assertions import AssertionRecord
 
 CAUSES_SHOWN = 3
 VALUES_SHOWN = 8
 UNKNOWN_ASSERTION = "An assertion this catalog does not know: see the condition."
-EVIDENCE_COLUMNS = ("variable", "values", "valid range", "range from")
 
 
 @dataclass(frozen=True)
@@ -82,41 +81,6 @@ class AssertionLine:
 
 
 @dataclass(frozen=True)
-class EvidenceRow:
-    text: str
-    inferred: bool
-    columns: dict[str, str]  # EVIDENCE_COLUMNS -> value, "" where the evidence has none
-
-    @property
-    def line(self) -> str:
-        return self.text + (" (inferred)" if self.inferred else "")
-
-
-@dataclass(frozen=True)
-class CauseLine:
-    family: str
-    variable: str | None
-    confidence: str  # "87%"
-    summary: str
-    fix: str
-    evidence: tuple[EvidenceRow, ...]
-
-    @property
-    def title(self) -> str:
-        """The cause as a person would name it: its family's summary, as a sentence (the identifier is for
-        tools and issues)."""
-        known = families.summary_of(self.family) if self.family in families.FAMILIES else ""
-        text = known or self.summary or self.family.replace("_", " ")
-        return text[:1].upper() + text[1:]
-
-    @property
-    def tag(self) -> str:
-        """The grey tag after a cause: its confidence and its family's identifier, which is for tools and issues
-        and never heads or starts a sentence a user reads."""
-        return f"{self.confidence} · {self.family}"
-
-
-@dataclass(frozen=True)
 class ReportContent:
     """One failure's report, every piece worded; the renderers only lay it out."""
 
@@ -130,6 +94,7 @@ class ReportContent:
     notes: tuple[str, ...]
     tensors: tuple[tuple[str, str], ...] = ()  # (expression, one-line summary): the panel reads them
     memory: MemoryFacts | None = None  # out of memory: held, holders, how to free (the panel reads them)
+    headline: Headline | None = None  # what is wrong and the fix, in one sentence each (none without a cause)
 
 
 def build(
@@ -137,24 +102,29 @@ def build(
     diagnosis: Diagnosis,
     tensors: list[tuple[str, str]] | None = None,
     memory: MemoryFacts | None = None,
+    owner: str | None = None,
 ) -> ReportContent:
+    """``owner``: the notebook's own name for the values the top cause is about (``panel.owner``), when known."""
+
     lines = incident.message.strip().splitlines()
     assertions = tuple(_assertion(record) for record in incident.assertions)
     shown = {a.meaning for a in assertions}  # said once, under the assertion, not again as evidence
     probe = None
     if incident.health.state != "unknown":
         probe = f"GPU check after the failure: {incident.health.detail}"
+    causes = tuple(_cause(cause, shown) for cause in diagnosis.causes[:CAUSES_SHOWN])
     return ReportContent(
         verdict=verdict_of(incident),
         error=f"{incident.exc_type}: {lines[0] if lines else ''}",
         message=f"{incident.exc_type}: {incident.message.strip()}",
         probe=probe,
         assertions=assertions,
-        causes=tuple(_cause(cause, shown) for cause in diagnosis.causes[:CAUSES_SHOWN]),
+        causes=causes,
         user_line=_user_line(incident),
         notes=tuple(diagnosis.notes),
         tensors=tuple(tensors or ()),
         memory=memory,
+        headline=headline_of(causes[0], owner) if causes and memory is None else None,
     )
 
 
@@ -187,8 +157,12 @@ def _cause(cause: Cause, shown: set[str]) -> CauseLine:
 
 
 def _evidence(ev: Evidence) -> EvidenceRow:
-    values = ", ".join(str(v) for v in ev.values[:VALUES_SHOWN]) if ev.values else ""
-    if ev.count and ev.values and ev.count > len(ev.values[:VALUES_SHOWN]):
-        values += f" ({ev.count} in all)"
-    cells = (ev.variable or "", values, ev.valid_range or "", ev.range_source or "")
-    return EvidenceRow(ev.text, not ev.direct, dict(zip(EVIDENCE_COLUMNS, cells, strict=True)))
+    return EvidenceRow(
+        ev.text,
+        not ev.direct,
+        ev.variable,
+        tuple(ev.values[:VALUES_SHOWN]) if ev.values else (),
+        ev.count,
+        ev.valid_range,
+        ev.range_source,
+    )
