@@ -92,6 +92,7 @@ class CudaGuard(Configurable):
         # (a frontend's Restart or Shut down) or the extension unloads (panel.static)
         self.panels: list[Any] = []
         self._unfollow_exit: Any = None
+        self._unfold_tracebacks: Any = None  # undoes incident.compact's handler
         # the magics registered for this session, removed again on unload
         self.magics: list[Magics] = []
         # %cudaguard check on|off: the checks around every cell, shared with %%cudacheck
@@ -125,6 +126,10 @@ class CudaGuard(Configurable):
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if self not in self.shell.configurables:
             self.shell.configurables.append(self)
+        if self._unfold_tracebacks is None:  # a CUDA error's traceback: the user's frames, the full one folded
+            from nb_cudaguard.incident.compact import install
+
+            self._unfold_tracebacks = install(self.shell, _show_full_traceback)
         from nb_cudaguard.panel.static import follow_kernel_exit
 
         self._unfollow_exit = follow_kernel_exit(self)
@@ -135,6 +140,9 @@ class CudaGuard(Configurable):
         if self._unfollow_exit is not None:  # an in-place restart keeps the panels live: not for it
             self._unfollow_exit()
             self._unfollow_exit = None
+        if self._unfold_tracebacks is not None:
+            self._unfold_tracebacks()
+            self._unfold_tracebacks = None
         for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             try:
                 self.shell.events.unregister(name, hook)
@@ -384,6 +392,13 @@ class CudaGuard(Configurable):
         modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
         problems = "; ".join(self.capture.problems)
         return modes + (f" ({problems})" if problems else "")
+
+
+def _show_full_traceback(folded) -> None:
+    """Right under the compact traceback, before the panel: the full one, folded (``incident.compact``)."""
+    from IPython.display import display
+
+    display(folded.bundle(), raw=True)
 
 
 def _simulating() -> bool:
