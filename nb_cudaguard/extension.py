@@ -129,7 +129,7 @@ class CudaGuard(Configurable):
         if self._unfold_tracebacks is None:  # a CUDA error's traceback: the user's frames, the full one folded
             from nb_cudaguard.incident.compact import install
 
-            self._unfold_tracebacks = install(self.shell, _show_full_traceback)
+            self._unfold_tracebacks = install(self.shell)
         from nb_cudaguard.panel.static import follow_kernel_exit
 
         self._unfollow_exit = follow_kernel_exit(self)
@@ -140,9 +140,7 @@ class CudaGuard(Configurable):
         if self._unfollow_exit is not None:  # an in-place restart keeps the panels live: not for it
             self._unfollow_exit()
             self._unfollow_exit = None
-        if self._unfold_tracebacks is not None:
-            self._unfold_tracebacks()
-            self._unfold_tracebacks = None
+        self._unfold_tracebacks = self._unfold_tracebacks() if self._unfold_tracebacks is not None else None
         for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             try:
                 self.shell.events.unregister(name, hook)
@@ -392,13 +390,6 @@ class CudaGuard(Configurable):
         modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
         problems = "; ".join(self.capture.problems)
         return modes + (f" ({problems})" if problems else "")
-
-
-def _show_full_traceback(folded) -> None:
-    """Right under the compact traceback, before the panel: the full one, folded (``incident.compact``)."""
-    from IPython.display import display
-
-    display(folded.bundle(), raw=True)
 
 
 def _simulating() -> bool:

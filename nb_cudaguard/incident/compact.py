@@ -159,7 +159,14 @@ def make_handler(show_full: Callable[[Folded], None]) -> Callable[..., None]:
     return handler
 
 
-def install(shell, show_full: Callable[[Folded], None]) -> Callable[[], None] | None:
+def show_folded(folded: Folded) -> None:
+    """Right under the compact traceback, before the panel: the full one, folded."""
+    from IPython.display import display
+
+    display(folded.bundle(), raw=True)
+
+
+def install(shell, show_full: Callable[[Folded], None] = show_folded) -> Callable[[], None] | None:
     """Fold CUDA errors' tracebacks in ``shell``; returns the undo, or None when another handler is installed."""
     if tuple(getattr(shell, "custom_exceptions", ())) != ():
         return None
@@ -167,7 +174,7 @@ def install(shell, show_full: Callable[[Folded], None]) -> Callable[[], None] | 
     shell.set_custom_exc((RuntimeError,), handler)
     custom = shell.CustomTB
 
-    def undo() -> None:
+    def undo() -> None:  # returns None: what the caller keeps once undone
         if shell.CustomTB is custom:  # nobody replaced it meanwhile
             shell.set_custom_exc((), None)
 
