@@ -141,7 +141,8 @@ def _rendered_as(error: BaseException, stb: list[str]) -> Iterator[None]:
 
 def make_handler(show_full: Callable[[Folded], None]) -> Callable[..., None]:
     """The custom exception handler: every error goes to IPython's ``showtraceback``; a CUDA error's compact
-    traceback first replaces its rendering for that call, and its full one goes to ``show_full``."""
+    traceback first replaces its rendering for that call, and its full one goes to ``show_full`` (in a kernel; a
+    terminal's ends with how to print it)."""
 
     def handler(shell, etype, error, tb, tb_offset=None) -> None:
         folded = None
@@ -151,6 +152,10 @@ def make_handler(show_full: Callable[[Folded], None]) -> Callable[..., None]:
             folded = None
         if folded is None:
             shell.showtraceback((etype, error, tb), tb_offset=tb_offset)
+            return
+        if getattr(shell, "kernel", None) is None:  # a terminal: no click, the way to it ends the traceback
+            with _rendered_as(error, [*folded.compact, folded.bundle()["text/plain"]]):
+                shell.showtraceback((etype, error, tb), tb_offset=tb_offset)
             return
         with _rendered_as(error, folded.compact):
             shell.showtraceback((etype, error, tb), tb_offset=tb_offset)
