@@ -61,3 +61,9 @@ def make_button(w: Any, key: str, description: str, style: str, icon: str, on_cl
     button.add_class(f"nbcg-{key}")
     button.on_click(on_click)
     return button
+
+
+def plan_row_layout(w: Any) -> Any:
+    """A replay plan's row spans the panel's width and no more: ipywidgets' own 2 px side margins on a 100 % wide
+    checkbox made every row, and so the plan, scroll sideways at every width."""
+    return w.Layout(width="100%", margin="1px 0")

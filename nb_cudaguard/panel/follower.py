@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from nb_cudaguard.panel.actions import PanelActions
-from nb_cudaguard.panel.controls import COPY_AREA_CLASS
+from nb_cudaguard.panel.controls import COPY_AREA_CLASS, plan_row_layout
 from nb_cudaguard.panel.handover import HandoverError, PanelHandover
 from nb_cudaguard.panel.render_html import outcome_head
 from nb_cudaguard.panel.static import StaticTwin
@@ -167,7 +167,7 @@ class ReattachedPanel(PanelActions):
                 description=row.description,
                 indent=False,
                 disabled=True,
-                layout=w.Layout(width="100%"),
+                layout=plan_row_layout(w),
             )
             self.boxes.append((box, row.execution_count, row.minimal))
         self.plan = self.plan_head = None

@@ -74,10 +74,13 @@ class StaticTwin:
         return f"nbcg-static-{self.token}"
 
     def live_style(self) -> str:
-        """Put first in the live panel's HTML: the twin is hidden while the widget is drawn."""
+        """Put first in the live panel's HTML: the twin is hidden while the widget is drawn, and the panel fits the
+        output's width."""
         sid = self.static_id
         hidden = "{display:none!important}"
-        return f"<style>#{sid}{hidden}.jp-OutputArea-child:has(#{sid}){hidden}</style>"
+        return (
+            f"<style>#{sid}{hidden}.jp-OutputArea-child:has(#{sid}){hidden}{fit_style('.' + self.live_class)}</style>"
+        )
 
     def bundle(self, html: str) -> dict[str, str]:
         """The twin's formats, its HTML from the panel's (``html``, with or without the live panel's rule)."""
@@ -109,6 +112,16 @@ class StaticTwin:
             update_display(self.bundle(html), raw=True, display_id=self.static_id)
 
 
+def fit_style(scope: str) -> str:
+    """CSS rules that keep a panel (``scope``: its live class, or the twin) within the output's width: a widget's
+    flex items are as wide as their widest unbreakable content by default, so a table of long names made the
+    panel overflow sideways at 800 px, or beside JupyterLab's file browser; long names break instead."""
+    return (
+        f"{scope} .widget-html-content,{scope} .widget-html,{scope} .widget-box,{scope}{{min-width:0}}"
+        f"{scope} td,{scope} th,{scope} code,{scope} pre{{overflow-wrap:anywhere}}"
+    )
+
+
 def _twin_style(sid: str, live_class: str) -> str:
     """In JupyterLab and Notebook 7: the twin is hidden while the output after it is a widget view being loaded or
     drawn, and while there is none yet (only in the live app, whose outputs are Lumino widgets: an export always
@@ -123,7 +136,7 @@ def _twin_style(sid: str, live_class: str) -> str:
     widget_output = f'.jp-OutputArea-output:is(.lm-Panel,[data-mime-type="{WIDGET_VIEW}"])'
     return (
         f"<style>{twin}:has(+ {child} > {widget_output}:not(.jupyter-widgets)),.lm-Widget{twin}:last-child"
-        f"{{display:none}}{twin} + {child}:not(:has(.{live_class})){{display:none}}</style>"
+        f"{{display:none}}{twin} + {child}:not(:has(.{live_class})){{display:none}}{fit_style('#' + sid)}</style>"
     )
 
 
