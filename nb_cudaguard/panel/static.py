@@ -118,7 +118,7 @@ def fit_style(scope: str) -> str:
     panel overflow sideways at 800 px, or beside JupyterLab's file browser; long names break instead."""
     return (
         f"{scope} .widget-html-content,{scope} .widget-html,{scope} .widget-box,{scope}{{min-width:0}}"
-        f"{scope} td,{scope} th,{scope} code,{scope} pre{{overflow-wrap:anywhere}}"
+        f"{scope} code,{scope} pre{{overflow-wrap:anywhere}}{scope} td,{scope} th{{overflow-wrap:break-word}}"
     )
 
 
