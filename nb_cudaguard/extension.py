@@ -232,9 +232,10 @@ class CudaGuard(Configurable):
         from nb_cudaguard.panel.report import Report
 
         carried = self.last_report if self.last_report is not None and self.last_report.restarted else None
-        incident = carried.incident if carried is not None else build_incident(error, namespace=self.shell.user_ns)
+        checked = Report(build_incident(error, namespace=self.shell.user_ns), diagnosis)  # names the user's values
+        incident = carried.incident if carried is not None else checked.incident
         how = f"Pinned by re-running {cell.label} under %%cudacheck after the restart: the causes below were read."
-        self.last_report = Report(incident, diagnosis, restarted=carried is not None, pinned=how)
+        self.last_report = Report(incident, diagnosis, restarted=carried is not None, pinned=how, owner=checked.owner)
 
     # --- hooks
     def pre_run_cell(self, info=None) -> None:

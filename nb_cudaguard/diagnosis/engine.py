@@ -292,30 +292,36 @@ def _fix_for(family: str, asserted: dict[str, Cause]) -> str:
     return asserted[family].fix if family in asserted else fix_of(family)
 
 
+def _named(cause: Cause) -> str:
+    """A cause in a note, as a person names it ("that the output layer has fewer units..."): a family's identifier
+    is for tools and issues, and the report shows it only in the cause's tag."""
+    return f'"{summary_of(cause.family)}"'
+
+
 def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
     notes = []
     frame = incident.user_frame
     if frame is not None and incident.classification == "poisoned":
         notes.append(f"CUDA reports kernel errors asynchronously: the op that failed may run before {frame.where}.")
     unread = [s for s in ctx._summaries.values() if not s.readable]
-    if unread:
+    if unread:  # no count: the panel lists tensors of its own, and a number here would head none of them
         notes.append(
-            f"{len(unread)} tensor(s) were not read ({unread[0].why_not}); what they show is inferred from shapes, "
-            "CPU copies and the source."
+            f"Values on the GPU were not read ({unread[0].why_not}): what the report says of them comes from "
+            "shapes, host copies and the source."
         )
     top = diagnosis.top
     if top is not None and any(e.kind == "prior" for e in top.evidence):
         if all(e.kind in ("prior", "error_text", "assertion") for e in top.evidence):
             notes.append(
-                f"`{top.family}` is ranked first by a prior (how often each family caused this symptom in the "
+                f"{_named(top)} is ranked first by a prior (how often each cause gave this symptom in the "
                 f"corpus), not by anything in this log that names it. {DECIDE}"
             )
         else:
             decided = next(e for e in top.evidence if e.kind not in ("prior", "error_text", "assertion"))
-            notes.append(f"Narrowed to `{top.family}` by: {decided.text}.")
+            notes.append(f"Narrowed to {_named(top)} by: {decided.text}.")
     elif top is not None and top.family != "other" and not any(e.direct for e in top.evidence):
         notes.append(
-            f"Inferred: no printed assertion and no value read names `{top.family}`; the traceback and the code "
+            f"Inferred: no printed assertion and no value read says {_named(top)}; the traceback and the code "
             f"point at it. {DECIDE}"
         )
     elif top is not None and top.family != "other" and not any(e.kind in _VALUES for e in top.evidence):

@@ -80,7 +80,7 @@ def readable(obj: Any, health_state: str) -> tuple[bool, str]:
         return False, "a meta tensor has no values"
     if health_state == "healthy":
         return True, ""
-    return False, f"on {obj.device}: values not read because the CUDA context is {health_state}"
+    return False, f"the CUDA context is {health_state}"  # said after the device: "cuda:0 (values not read: ...)"
 
 
 def _strided_view(obj: Any, limit: int):

@@ -13,13 +13,13 @@ from nb_cudaguard import families
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
+from nb_cudaguard.panel.headline import Headline, headline_of
 from nb_cudaguard.panel.memory import MemoryFacts, is_out_of_memory
 from nb_cudaguard.record.assertions import AssertionRecord
 
 CAUSES_SHOWN = 3
 VALUES_SHOWN = 8
 UNKNOWN_ASSERTION = "An assertion this catalog does not know: see the condition."
-EVIDENCE_COLUMNS = ("variable", "values", "valid range", "range from")
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,15 @@ class AssertionLine:
 
 @dataclass(frozen=True)
 class EvidenceRow:
+    """One fact behind a cause: its sentence, and the values and range it quotes (which the headline words)."""
+
     text: str
     inferred: bool
-    columns: dict[str, str]  # EVIDENCE_COLUMNS -> value, "" where the evidence has none
+    variable: str | None = None
+    values: tuple = ()  # the offending values, the first VALUES_SHOWN of them
+    count: int | None = None  # how many break the range, in all
+    valid_range: str | None = None  # "[0, 195)", "[0, 1]", "length <= 16", "int64 (Long)"
+    range_source: str | None = None  # where the range comes from: "model.classifier.out_features"
 
     @property
     def line(self) -> str:
@@ -130,6 +136,7 @@ class ReportContent:
     notes: tuple[str, ...]
     tensors: tuple[tuple[str, str], ...] = ()  # (expression, one-line summary): the panel reads them
     memory: MemoryFacts | None = None  # out of memory: held, holders, how to free (the panel reads them)
+    headline: Headline | None = None  # what is wrong and the fix, in one sentence each (none without a cause)
 
 
 def build(
@@ -137,24 +144,29 @@ def build(
     diagnosis: Diagnosis,
     tensors: list[tuple[str, str]] | None = None,
     memory: MemoryFacts | None = None,
+    owner: str | None = None,
 ) -> ReportContent:
+    """``owner``: the notebook's own name for the values the top cause is about (``panel.owner``), when known."""
+
     lines = incident.message.strip().splitlines()
     assertions = tuple(_assertion(record) for record in incident.assertions)
     shown = {a.meaning for a in assertions}  # said once, under the assertion, not again as evidence
     probe = None
     if incident.health.state != "unknown":
         probe = f"GPU check after the failure: {incident.health.detail}"
+    causes = tuple(_cause(cause, shown) for cause in diagnosis.causes[:CAUSES_SHOWN])
     return ReportContent(
         verdict=verdict_of(incident),
         error=f"{incident.exc_type}: {lines[0] if lines else ''}",
         message=f"{incident.exc_type}: {incident.message.strip()}",
         probe=probe,
         assertions=assertions,
-        causes=tuple(_cause(cause, shown) for cause in diagnosis.causes[:CAUSES_SHOWN]),
+        causes=causes,
         user_line=_user_line(incident),
         notes=tuple(diagnosis.notes),
         tensors=tuple(tensors or ()),
         memory=memory,
+        headline=headline_of(causes[0], owner) if causes and memory is None else None,
     )
 
 
@@ -187,8 +199,12 @@ def _cause(cause: Cause, shown: set[str]) -> CauseLine:
 
 
 def _evidence(ev: Evidence) -> EvidenceRow:
-    values = ", ".join(str(v) for v in ev.values[:VALUES_SHOWN]) if ev.values else ""
-    if ev.count and ev.values and ev.count > len(ev.values[:VALUES_SHOWN]):
-        values += f" ({ev.count} in all)"
-    cells = (ev.variable or "", values, ev.valid_range or "", ev.range_source or "")
-    return EvidenceRow(ev.text, not ev.direct, dict(zip(EVIDENCE_COLUMNS, cells, strict=True)))
+    return EvidenceRow(
+        ev.text,
+        not ev.direct,
+        ev.variable,
+        tuple(ev.values[:VALUES_SHOWN]) if ev.values else (),
+        ev.count,
+        ev.valid_range,
+        ev.range_source,
+    )

@@ -205,7 +205,8 @@ class ReattachedPanel(PanelActions):
         if outcome.done:
             line = outcome.headline()
             if outcome.diagnosis:
-                line += f" The failing cell under %%cudacheck: {outcome.diagnosis.splitlines()[0][:200]}"
+                said = " ".join(outcome.diagnosis.splitlines()[:2])  # what is wrong, and its fix
+                line += f" The failing cell under %%cudacheck: {said[:400]}"
             return line, _TONE[outcome.state]
         done = len(outcome.ran)
         if done < len(steps):

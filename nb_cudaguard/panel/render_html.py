@@ -9,10 +9,12 @@ Layout only: every sentence comes from ``panel.content``.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
-from nb_cudaguard.panel.content import EVIDENCE_COLUMNS, CauseLine, EvidenceRow, ReportContent
+from nb_cudaguard.panel.content import CauseLine, EvidenceRow, ReportContent
 from nb_cudaguard.panel.memory import MemoryFacts, human
+from nb_cudaguard.panel.render_text import split_step
 
 STYLE = """<style>
 .nbcg{font-family:var(--jp-ui-font-family,inherit);font-size:var(--jp-ui-font-size1,13px);
@@ -36,81 +38,100 @@ STYLE = """<style>
 .nbcg .nbcg-dim{color:var(--jp-ui-font-color2,inherit)}
 .nbcg ol,.nbcg ul{margin:2px 0;padding-left:22px}
 .nbcg summary{cursor:pointer;margin-top:6px;color:var(--jp-ui-font-color2,inherit)}
+.nbcg-lead{border-left:4px solid var(--nbcg-accent);padding:2px 10px;margin-bottom:6px}
+.nbcg-problem{font-weight:600;font-size:1.08em}
+.nbcg-next{margin-top:2px}
 </style>"""
 _INFERRED = ' <span class="nbcg-dim">(inferred)</span>'
+_CODE = re.compile(r"`([^`]+)`")
 
 
 def to_html(content: ReportContent) -> str:
-    verdict = content.verdict
-    parts = [
-        STYLE,
-        '<div class="nbcg">',
-        outcome_head(verdict.headline, verdict.tone, verdict.detail),
-        f"<pre>{escape(content.error)}</pre>",
-    ]
+    verdict, headline = content.verdict, content.headline
+    parts = [STYLE, '<div class="nbcg">']
+    if headline is not None:
+        parts.append(
+            f'<div class="nbcg-lead {_HEAD_TONES.get(verdict.tone, "nbcg-info")}">'
+            f'<div class="nbcg-problem">{code_spans(headline.problem)}</div>'
+            f'<div class="nbcg-fix"><b>Fix:</b> {code_spans(headline.fix)}</div></div>'
+        )
+    parts.append(outcome_head(verdict.headline, verdict.tone, verdict.detail, _next_html(verdict.next_steps[:1])))
+    parts.append(f"<pre>{escape(content.error)}</pre>")
     if content.probe:
         parts.append(f'<div class="nbcg-dim">{escape(content.probe)}</div>')
-    if content.assertions:
-        parts.append("<h4>What the GPU checked</h4>")
-        parts += [f"<div>{escape(a.meaning)}</div><pre>{escape(a.printed)}</pre>" for a in content.assertions]
+    if content.user_line:
+        parts.append(f"<h4>Your line</h4><pre>{escape(content.user_line)}</pre>")
     if content.memory is not None:
         parts.append(_memory_html(content.memory))
     elif content.causes:
-        parts.append(_causes_html(content.causes))
-    if content.user_line:
-        parts.append(f"<h4>Your line</h4><pre>{escape(content.user_line)}</pre>")
+        parts.append(_causes_html(content.causes, with_fix=headline is None))
+    if content.assertions:
+        said = "".join(f"<div>{escape(a.meaning)}</div><pre>{escape(a.printed)}</pre>" for a in content.assertions)
+        parts.append(_folded("What the GPU checked", said))
     if content.tensors:
         items = "".join(f"<li><code>{escape(n)}</code>: {escape(s)}</li>" for n, s in content.tensors)
-        parts.append(f"<h4>Tensors involved</h4><ul>{items}</ul>")
-    parts += [f'<div class="nbcg-dim"><i>{escape(note)}</i></div>' for note in content.notes]
-    if verdict.next_steps:
-        parts.append(f"<h4>Next</h4><pre>{escape(chr(10).join(verdict.next_steps))}</pre>")
+        parts.append(_folded(f"Tensors involved ({len(content.tensors)})", f"<ul>{items}</ul>"))
+    if content.notes:
+        notes = "".join(f"<li>{code_spans(note)}</li>" for note in content.notes)
+        parts.append(_folded(f"Notes ({len(content.notes)})", f"<ul>{notes}</ul>"))
+    if len(verdict.next_steps) > 1:
+        parts.append(_folded("Other steps", f"<pre>{escape(chr(10).join(verdict.next_steps[1:]))}</pre>"))
     parts.append("</div>")
     return "".join(parts)
+
+
+def code_spans(text: str) -> str:
+    """Escaped text whose backticked spans are code."""
+    return _CODE.sub(r"<code>\1</code>", escape(text))
+
+
+def _folded(summary: str, body: str) -> str:
+    return f"<details><summary>{summary}</summary>{body}</details>"
+
+
+def _next_html(steps: tuple[str, ...]) -> str:
+    if not steps:
+        return ""
+    code, words = split_step(steps[0])
+    return f"<b>Next:</b> <code>{escape(code)}</code>" + (f" {escape(words)}" if words else "")
 
 
 _HEAD_TONES = {"ok": "nbcg-ok", "error": "nbcg-error", "warn": "nbcg-warn", "info": "nbcg-info"}
 
 
-def outcome_head(headline: str, tone: str, detail: str = "") -> str:
-    """The heading of a report: what it means for the session, in the tone's colour. Marked, so that the process
-    after a restart can put the replay's outcome in its place (``panel.follower``)."""
+def outcome_head(headline: str, tone: str, detail: str = "", next_html: str = "") -> str:
+    """The heading of a report: what it means for the session, in the tone's colour, and the step to take.
+    Marked, so that the process after a restart can put the replay's outcome in its place (``panel.follower``)."""
     sub = f'<div class="nbcg-sub">{escape(detail)}</div>' if detail else ""
+    step = f'<div class="nbcg-next">{next_html}</div>' if next_html else ""
     return (
         f'<!--nbcg-head--><div class="nbcg-head {_HEAD_TONES.get(tone, "nbcg-info")}">'
-        f'<div class="nbcg-title">nb_cudaguard: {escape(headline)}</div>{sub}</div><!--/nbcg-head-->'
+        f'<div class="nbcg-title">nb_cudaguard: {escape(headline)}</div>{sub}{step}</div><!--/nbcg-head-->'
     )
 
 
-def _causes_html(causes: tuple[CauseLine, ...]) -> str:
-    parts = ["<h4>Likely cause</h4>", _cause_html(causes[0])]
+def _causes_html(causes: tuple[CauseLine, ...], with_fix: bool) -> str:
+    top = causes[0]
+    parts = [_folded(f"Why: {_cause_title(top)}", _evidence_list(top.evidence, top.fix if with_fix else ""))]
     if len(causes) > 1:
-        others = "".join(f"<li>{_cause_html(c)}</li>" for c in causes[1:])
-        parts.append(f"<details><summary>{len(causes) - 1} less likely cause(s)</summary><ol>{others}</ol></details>")
+        others = "".join(f"<li>{_cause_title(c)}{_evidence_list(c.evidence, c.fix)}</li>" for c in causes[1:])
+        parts.append(_folded(f"{len(causes) - 1} other possible cause(s)", f'<ol start="2">{others}</ol>'))
     return "".join(parts)
 
 
-def _cause_html(cause: CauseLine) -> str:
+def _cause_title(cause: CauseLine) -> str:
     who = f" in <code>{escape(cause.variable)}</code>" if cause.variable else ""
+    said = "" if cause.summary.lower() == cause.title.lower() else ": " + escape(cause.summary)
     return (
-        f"<b>{escape(cause.title)}</b>{who} "
+        f"<b>{escape(cause.title)}</b>{who}{said} "
         f'<span class="nbcg-dim" title="cause family, for tools and issues">({escape(cause.tag)})</span>'
-        f"{'' if cause.summary.lower() == cause.title.lower() else ': ' + escape(cause.summary)}"
-        f"{_evidence_table(cause.evidence) if cause.evidence else ''}"
-        f'<div class="nbcg-fix"><b>Fix:</b> {escape(cause.fix)}</div>'
     )
 
 
-def _evidence_table(rows: tuple[EvidenceRow, ...]) -> str:
-    used = [c for c in EVIDENCE_COLUMNS if any(row.columns[c] for row in rows)]
-    head = "".join(f"<th>{h}</th>" for h in ("evidence", *used))
-    body = "".join(
-        f"<tr><td>{escape(row.text)}{_INFERRED if row.inferred else ''}</td>"
-        + "".join(f"<td>{escape(row.columns[c])}</td>" for c in used)
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _evidence_list(rows: tuple[EvidenceRow, ...], fix: str) -> str:
+    items = "".join(f"<li>{escape(row.text)}{_INFERRED if row.inferred else ''}</li>" for row in rows)
+    fixed = f'<div class="nbcg-fix"><b>Fix:</b> {code_spans(fix)}</div>' if fix else ""
+    return (f"<ul>{items}</ul>" if items else "") + fixed
 
 
 def _memory_html(memory: MemoryFacts) -> str:

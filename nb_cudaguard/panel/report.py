@@ -16,6 +16,7 @@ from nb_cudaguard.incident.incident import Incident
 from nb_cudaguard.panel import render_html, render_text
 from nb_cudaguard.panel.content import ReportContent, build
 from nb_cudaguard.panel.memory import MemoryFacts
+from nb_cudaguard.panel.owner import owner_of
 
 
 def text_bundle(content: ReportContent) -> dict[str, str]:
@@ -35,7 +36,8 @@ class Report:
     cell's, and the report says so. ``restarted``: the report crossed a restart (``SessionState.report``): the
     incident happened in the process before, the context has been fresh since. ``pinned``: the failing cell was
     re-run under ``%%cudacheck`` after the restart, and the diagnosis is what the check read, which replaces the
-    ranking the failure alone allowed.
+    ranking the failure alone allowed. ``owner``: the notebook's own name for the values the top cause is about
+    (``panel.owner``), read once while the failing process's namespace is alive and kept across a restart.
     """
 
     incident: Incident
@@ -43,9 +45,17 @@ class Report:
     origin: Report | None = None
     restarted: bool = False
     pinned: str | None = None  # how the causes were pinned, said in the report
+    owner: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.owner is None and self.incident.namespace is not None:
+            try:
+                self.owner = owner_of(self.incident, self.diagnosis.top)
+            except Exception:  # an exotic namespace must not cost the user the report: the line's name stands
+                self.owner = None
 
     def content(self, tensors: list[tuple[str, str]] | None = None, memory: MemoryFacts | None = None) -> ReportContent:
-        content = build(self.incident, self.diagnosis, tensors, memory)
+        content = build(self.incident, self.diagnosis, tensors, memory, self.owner)
         verdict = content.verdict
         if self.origin is not None:
             first = self.origin.incident.cell
@@ -87,6 +97,7 @@ class Report:
             "first_failure": self.origin.to_dict() if self.origin is not None else None,
             "restarted": self.restarted,
             "pinned": self.pinned,
+            "owner": self.owner,
         }
 
     @classmethod
@@ -100,6 +111,7 @@ class Report:
             origin=cls.from_dict(origin) if origin else None,
             restarted=bool(data.get("restarted", False)),
             pinned=data.get("pinned"),
+            owner=data.get("owner"),
         )
 
     def to_json(self) -> str:

@@ -17,19 +17,26 @@ from nb_cudaguard.errors import CudaCheckError
 
 
 def describe(error: BaseException, namespace: dict[str, Any], journal: Iterable[Any]) -> tuple[str, Diagnosis | None]:
-    """The error as said under the replay, and, for a check's error, the diagnosis that pins the report."""
-    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    """The error as said under the replay, and, for a check's error, the diagnosis that pins the report. A check's
+    error is said as the panel says a failure (``panel.headline``): the user's values against their range, the fix,
+    and the line; never as an exception's raw line."""
     if not isinstance(error, CudaCheckError):
-        return text, None
+        return "".join(traceback.format_exception_only(type(error), error)).strip(), None
     from nb_cudaguard.diagnosis import diagnose
     from nb_cudaguard.incident.incident import build_incident
+    from nb_cudaguard.panel.report import Report
 
+    stopped = f"%%cudacheck stopped {error.op} before it ran: the CUDA context is healthy."
+    where = [f"Your line: {error.user_line}"] if error.user_line else []
     try:
-        diagnosis = diagnose(build_incident(error, namespace=namespace), journal=journal)
+        incident = build_incident(error, namespace=namespace)
+        diagnosis = diagnose(incident, journal=journal)
     except Exception as exc:  # the check's own words stand without the workspace's
-        return f"{text}\n(the workspace could not be read for more: {type(exc).__name__}: {exc})", None
-    top = diagnosis.top
-    if top is None:
-        return text, diagnosis
-    variable = f" in {top.variable}" if top.variable else ""
-    return f"{text}\nLikely cause: {top.summary}{variable} ({top.family}).\nFix: {top.fix}", diagnosis
+        said = [error.headline(), *([f"Fix: {error.fix}"] if error.fix else [])]
+        return "\n".join([*said, *where, stopped, f"(the workspace could not be read for more: {exc})"]), None
+    headline = Report(incident, diagnosis).content().headline
+    if headline is None:
+        said = [error.headline(), *([f"Fix: {error.fix}"] if error.fix else [])]
+    else:
+        said = [headline.problem, f"Fix: {headline.fix}"]
+    return "\n".join([*said, *where, stopped]), diagnosis

@@ -105,8 +105,8 @@ class ReplayOutcome:
         return " · ".join(parts)
 
     def to_text(self) -> str:
-        how = "exec, the same process" if self.how == "exec" else "exit, then a new process from the kernel manager"
-        lines = [self.summary(), f"How: {how} (PID {self.pid})", "Ran:"]
+        how = "in place, the same kernel" if self.how == "exec" else "Jupyter started a new kernel, this one exited"
+        lines = [self.summary(), f"How: {how}", "Ran:"]
         lines += [f"  {r.label:>6} {s:8.2f} s  {r.first_line[:60]}" for r, s in self.ran] or ["  (nothing)"]
         if self.failed is not None:
             lines += [f"Failed: {self.failed.label} {self.failed.first_line[:60]}", f"  {self.error}"]

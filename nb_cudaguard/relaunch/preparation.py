@@ -55,7 +55,7 @@ def announce(plan: ReplayPlan, how: str) -> str:
         what = f"then replaying {len(plan.steps)} cell(s) ({plan.mode}, {plan.recorded_seconds:.1f} s as recorded)"
     else:
         what = "with no replay"
-    return f"nb_cudaguard: restarting {how} in place (PID {os.getpid()}), {what}."
+    return f"nb_cudaguard: restarting {how} in place, {what}."
 
 
 def mark_restart_cell(record: CellRecord | None) -> None:

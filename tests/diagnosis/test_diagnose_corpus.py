@@ -191,7 +191,7 @@ def test_a_frame_narrows_the_asserted_group_and_the_report_says_which():
     )
     diagnosis = diagnose(incident_from_log(log))
     assert diagnosis.top.family == "token_type_ids_out_of_range"
-    assert any(note.startswith("Narrowed to `token_type_ids_out_of_range` by") for note in diagnosis.notes) or any(
+    assert any(note.startswith('Narrowed to "token_type_ids hold a value') for note in diagnosis.notes) or any(
         e.kind == "traceback" for e in diagnosis.top.evidence
     )
 

@@ -67,7 +67,7 @@ def test_on_a_poisoned_device_the_values_come_from_the_batch_the_copy_read_and_s
     tensor = next(e for e in top.evidence if e.kind == "tensor")
     assert not tensor.direct and tensor.variable == "yb"
     assert tensor.values == [195] and tensor.positions == [[3]]  # the fourth batch of 64: row 195 is its 4th
-    assert "yb as copied from the host" in tensor.text and "yb itself was not read" in tensor.text
+    assert "the host tensor yb was copied from" in tensor.text and "yb itself, on cuda:0, was not read" in tensor.text
     assert "cuda:0" in tensor.text and "nn.Linear(256, 196)" in top.fix
 
 
@@ -99,7 +99,7 @@ def test_report_text_shows_the_variable_and_the_fix():
     outcome = runner.run(runner.load(runner.HERE / "s27_bce_raw_linear.py"), "cuda")
     text = outcome.report.to_text()
     assert (
-        "1. Binary cross-entropy" in text and " in logits" in text and "· bce_input_range)" in text
+        "Why: Binary cross-entropy" in text and " in logits" in text and "· bce_input_range)" in text
     )  # the family only as its tag
     assert "nn.BCEWithLogitsLoss()" in text
 

@@ -72,7 +72,7 @@ def test_the_one_based_labels_of_two_sources_are_read_from_the_batch_not_ranked_
     top = outcome.top
     assert top.family == "label_out_of_range" and top.variable == "yb", _ranked(outcome)
     tensor = next(e for e in top.evidence if e.kind == "tensor")
-    assert 10 in tensor.values and "copied from the host" in tensor.text and "yb[0]=10" in top.fix
+    assert 10 in tensor.values and "the host tensor yb was copied from" in tensor.text and "yb[0]=10" in top.fix
     negative = next((c for c in outcome.causes if c.family == "negative_label"), None)
     assert negative is None or negative.confidence < 0.1, _ranked(outcome)
 

@@ -65,7 +65,8 @@ def test_after_a_simulated_poisoning_host_values_are_read_and_device_values_are_
         with pytest.raises(RuntimeError):
             labels.max()  # the user's own reads of the device now fail, as on a poisoned GPU
         summary = it.summarize(labels, "poisoned")
-        assert not summary.readable and "cuda:0" in summary.why_not and summary.shape == (3,)
+        assert not summary.readable and "poisoned" in summary.why_not and summary.shape == (3,)
+        assert summary.to_text() == "[3] int64 cuda:0 (values not read: the CUDA context is poisoned)"
         assert it.outside(labels, 0, 3, health_state="poisoned") is None
         assert testing.refused_reads() == 0  # decided from metadata: no read of the device was even tried
         assert it.summarize(host, "poisoned").max == 4  # the host copy is still readable

@@ -18,6 +18,7 @@ from nb_cudaguard import get_guard
 from nb_cudaguard.cli.kernelsession import KernelSession
 from nb_cudaguard.panel.follower import reattach_after_restart
 from nb_cudaguard.panel.handover import ENV, BoxState, ButtonState, HandoverError, PanelHandover
+from nb_cudaguard.panel.render_text import split_step
 from nb_cudaguard.panel.static import GREYED, STATIC_HEAD, STATIC_NOTE
 from nb_cudaguard.panel.widget import Panel, gather
 
@@ -78,7 +79,10 @@ def test_panel_widgets_show_the_plan_and_copy_the_report(shell):
     assert panel.copy_area.value == panel.markdown
     # the box shows only when the browser refuses the copy (its script reveals it then)
     assert panel.copy_area.layout.display == "none" and "nbcg-copy-area" in panel.copy_area._dom_classes
-    assert "**Likely causes**" in panel.copy_area.value and "**Tensors involved**" in panel.copy_area.value
+    # first what is wrong, in the user's variable, against what bounds it; then why, the tensors, ...
+    copied = panel.copy_area.value
+    assert copied.startswith("### nb_cudaguard: `labels` holds 195, outside [0, 195): `model` has 195 outputs."), copied
+    assert "**Why:**" in copied and "**Tensors involved**" in copied
     assert panel.status.value == ""  # one message: the browser's answer, in the output line, and nothing else
 
 
@@ -206,7 +210,11 @@ def test_every_format_words_the_verdict_the_next_steps_and_the_fix_the_same(shel
     assert verdict.kind == "poisoned" and verdict.next_steps
     for text in (bundle["text/plain"], bundle["text/markdown"], html.unescape(bundle["text/html"])):
         assert verdict.headline in text and verdict.detail in text
-        assert all(step in text for step in verdict.next_steps)
+        assert all(part in text for part in split_step(verdict.next_steps[0]))  # the one step: its code, its words
+        assert all(step in text for step in verdict.next_steps[1:])
+        assert content.headline is not None and content.headline.problem in text.replace("<code>", "`").replace(
+            "</code>", "`"
+        )
         assert content.causes[0].fix in text and content.user_line in text
 
 
@@ -320,7 +328,7 @@ def test_click_restart_in_a_kernel_rebuilds_state_and_the_new_process_reports_in
         for m in copied
         if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == area
     ]
-    assert any("**Likely causes**" in v for v in values), values  # the report reached the copy box
+    assert any("**Why:**" in v for v in values), values  # the report reached the copy box
     bodies = [
         m["content"]["data"]["state"]["value"]
         for m in after

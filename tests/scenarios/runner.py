@@ -41,6 +41,7 @@ class Outcome:
     form: str  # "cpu" | "cuda"
     report: object  # nb_cudaguard.panel.report.Report, or None when no cell failed
     seconds: float
+    panel: dict | None = None  # with run(panel=True): the panel's text, Markdown and HTML, as it showed them
 
     @property
     def causes(self) -> list:
@@ -97,11 +98,16 @@ def shell():
     return InteractiveShell.instance()
 
 
-def run(scenario: Scenario, form: str = "cpu", quiet: bool = True, check_last: bool = False) -> Outcome:
+def run(
+    scenario: Scenario, form: str = "cpu", quiet: bool = True, check_last: bool = False, panel: bool = False
+) -> Outcome:
     """``form``: "cpu" (no GPU) or "cuda" (the simulated GPU). ``check_last``: run the failing cell under
-    ``%%cudacheck``, as "Restart, replay & diagnose" does in the restarted process after replaying the others."""
+    ``%%cudacheck``, as "Restart, replay & diagnose" does in the restarted process after replaying the others.
+    ``panel``: also render the report as the panel does, tensors included, while the simulated GPU is still on."""
     import nb_cudaguard
     from nb_cudaguard import testing
+    from nb_cudaguard.panel.report import text_bundle
+    from nb_cudaguard.panel.widget import gather
 
     ip = shell()
     nb_cudaguard.unload_ipython_extension(ip)
@@ -112,6 +118,7 @@ def run(scenario: Scenario, form: str = "cpu", quiet: bool = True, check_last: b
     guard = nb_cudaguard.get_guard(ip)
     guard.show_report = "never" if quiet else "auto"
     started = time.perf_counter()
+    shown = None
     devnull = open(os.devnull, "w")
     saved = sys.stdout, sys.stderr
     try:
@@ -124,10 +131,11 @@ def run(scenario: Scenario, form: str = "cpu", quiet: bool = True, check_last: b
             result = ip.run_cell("%%cudacheck\n" + cell if check_last and last else cell, store_history=True)
             if result.error_in_exec is not None:
                 break
+        shown = text_bundle(gather(guard.last_report).content()) if panel and guard.last_report else None
     finally:
         testing.reset()
         sys.stdout, sys.stderr = saved
         devnull.close()
     report = guard.last_report
     nb_cudaguard.unload_ipython_extension(ip)
-    return Outcome(scenario, form, report, time.perf_counter() - started)
+    return Outcome(scenario, form, report, time.perf_counter() - started, shown)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nb_cudaguard.diagnosis.causes import Cause, Evidence
 from nb_cudaguard.diagnosis.evidence.static import CallSite, Fact, LineFacts, StaticFacts
@@ -27,6 +27,7 @@ from nb_cudaguard.diagnosis.tensors import (
     is_floating,
     outside,
     readable,
+    shape_of,
     summarize,
 )
 from nb_cudaguard.families import fix_of, summary_of
@@ -220,24 +221,45 @@ class Context:
 def range_evidence(
     ctx: Context, named: Named, found: OutOfRange, valid: str, source: str, why: str, read: Named | None = None
 ) -> Evidence:
-    """``read``: the host copy the values came from, when ``named`` itself could not be read."""
+    """``read``: the host copy the values came from, when ``named`` itself could not be read.
+
+    Worded as short sentences, the finding first: what breaks the range and why it matters, then where the values
+    were read (and, for a copy, why the variable itself was not), then what the tensor read holds."""
     used = read if read is not None else named
     evidence = ctx.tensor_evidence(
         used,
-        f"{found.count} value(s) outside {valid} ({source}): {found.describe(used.name)}; {why}",
+        "",
         values=found.values,
         positions=[list(p) for p in found.positions],
         count=found.count,
         valid_range=valid,
         range_source=source,
     )
-    if used is not named:
-        why_not = ctx.summary(named.obj).why_not
+    said = [f"{found.count} value(s) outside {valid} ({source}): {_positions(named, used, found)}; {why}"]
+    summary = ctx.summary(used.obj).to_text()
+    if used is named:
+        said.append(f"{named.name}: {summary}")
+    else:
         evidence.direct = False
-        copy = "the host tensor it was copied from, a copy the runtime saw" if used.where == COPIED else "the host copy"
-        name = "" if used.where == COPIED else f" {used.name}"
-        evidence.text += f" (read from {copy}{name}: {named.name} itself was not read, {why_not})"
+        unread = ctx.summary(named.obj)
+        if used.where == COPIED:
+            copy = f"the host tensor {named.name} was copied from"
+        else:  # a name, or a literal of the source ("the literal in `...`")
+            copy = used.name if used.name.startswith("the ") else f"the host copy {used.name}"
+        said.append(f"Read from {copy}: {summary}")
+        said.append(f"{named.name} itself, on {unread.device}, was not read: {unread.why_not}")
+    evidence.text = ". ".join(said) + "."
     return evidence
+
+
+def _positions(named: Named, used: Named, found: OutOfRange) -> str:
+    """The offending values at their positions, under the variable's own name where the copy read has its shape
+    (``ids[0, 2]=10``, not the literal's); the values alone where it has not (a literal unsqueezed on the device)."""
+    if used is named or shape_of(used.obj) == shape_of(named.obj):
+        return found.describe(named.name)
+    if used.name.startswith("the "):
+        return replace(found, positions=[]).describe(named.name)
+    return found.describe(used.name)
 
 
 def nan_holders(ctx: Context, names: list[str] | None = None, limit: int = 20) -> list[Named]:
