@@ -2,11 +2,11 @@
 output fits one screen with the panel's headline in view. The full traceback is one click away (``Full
 traceback``, a folded HTML element right under it; ``%tb`` prints it again), never gone.
 
-What is folded: the frames of libraries (torch, the standard library, nb_cudaguard; ``incident.usercode``'s one
-rule) and the four lines of advice PyTorch appends to every CUDA error (``Search for `cudaErrorAssert'...``,
-``CUDA kernel errors might be asynchronously reported...``, ``For debugging consider passing
-CUDA_LAUNCH_BLOCKING=1``, ``Compile with `TORCH_USE_CUDA_DSA`...``), which the panel answers. Every other error
-keeps IPython's own traceback, untouched.
+What is folded: all but the failing line and its neighbours in each of the user's frames, the frames of libraries
+(torch, the standard library, nb_cudaguard; ``incident.usercode``'s one rule) and the four lines of advice PyTorch
+appends to every CUDA error (``Search for `cudaErrorAssert'...``, ``CUDA kernel errors might be asynchronously
+reported...``, ``For debugging consider passing CUDA_LAUNCH_BLOCKING=1``, ``Compile with `TORCH_USE_CUDA_DSA`...``),
+which the panel answers. Every other error keeps IPython's own traceback, untouched.
 
 How: IPython's custom exception handler (``InteractiveShell.set_custom_exc``) for ``RuntimeError``, the class
 every CUDA error of torch derives from (``torch.AcceleratorError``, ``torch.OutOfMemoryError``). The handler hands
@@ -36,6 +36,7 @@ _ADVICE = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 FULL_CLASS = "nbcg-full-traceback"
+_CONTEXT = 3  # lines of source around each of the user's frames: the failing one and its neighbours
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Folded:
     def bundle(self) -> dict[str, str]:
         """The folded full traceback: a ``<details>`` in HTML, the way to print it again as text."""
         text = _ANSI.sub("", "\n".join(self.full))
-        summary = f"Full traceback ({html.escape(self.what())} folded above)"
+        summary = "Full traceback (all frames, PyTorch's CUDA advice)"
         return {
             "text/plain": f"nb_cudaguard folded {self.what()} out of this traceback: %tb prints it whole.",
             "text/html": f'<details class="{FULL_CLASS}"><summary style="cursor:pointer;opacity:.75">{summary}'
@@ -82,7 +83,9 @@ def fold(shell, etype: type[BaseException], error: BaseException, tb, tb_offset:
     users = [entry for entry in entries if is_user_file(entry.tb_frame.f_code.co_filename)]
     if not users:
         return None
-    compact = formatter.structured_traceback(etype, error, _chain(users), tb_offset=0)
+    # the failing line with one line either side (IPython's default shows five), positional: IPython 7 and 9 name
+    # that parameter differently
+    compact = formatter.structured_traceback(etype, error, _chain(users), 0, _CONTEXT)
     compact[-1], advice = _without_advice(compact[-1])
     # library frames the full one shows: any but IPython's own first one (run_code) and the hidden ones
     frames = any(not is_user_file(e.tb_frame.f_code.co_filename) for e in _shown(entries[1:]))

@@ -32,6 +32,7 @@ def test_a_cuda_error_shows_the_users_frames_and_its_line_and_tb_prints_it_whole
     shown = _failing_cell_output(shell, capsys)
     traceback, _, rest = shown.partition("CUDA error: device-side assert triggered")
     assert "----> 4 loss = F.cross_entropy(logits, labels)" in traceback  # the user's line
+    assert "3 labels = torch.tensor" in traceback and "import torch.nn.functional" not in traceback  # and its neighbour
     assert "functional.py" not in traceback  # torch's frame is folded
     assert "nb_cudaguard" not in traceback
     assert "Search for `cudaErrorAssert'" not in shown and "CUDA_LAUNCH_BLOCKING=1\n" not in shown
