@@ -223,11 +223,12 @@ class CudaGuard(Configurable):
             self.every_cell.set(True, sync=state.check_sync)
         return problems
 
-    def pin_report(self, diagnosis: Diagnosis, error: BaseException, cell: CellRecord) -> None:
+    def pin_report(self, diagnosis: Diagnosis, error: BaseException, cell: CellRecord) -> str | None:
         """After "Restart, replay & diagnose": the failing cell re-run under ``%%cudacheck`` read the values, so
         its diagnosis replaces the ranking in the report carried across the restart (``%cudaguard report``, the
         JSON that ``nb-cudaguard run`` writes, the panel's buttons). Without a carried report, the check's error
-        is the report's incident."""
+        is the report's incident. Returns what the report says first (what is wrong, then "Fix: ..."), for the
+        replay's outcome to say as the panel does; None without a cause."""
         from nb_cudaguard.incident.incident import build_incident
         from nb_cudaguard.panel.report import Report
 
@@ -236,6 +237,8 @@ class CudaGuard(Configurable):
         incident = carried.incident if carried is not None else checked.incident
         how = f"Pinned by re-running {cell.label} under %%cudacheck after the restart: the causes below were read."
         self.last_report = Report(incident, diagnosis, restarted=carried is not None, pinned=how, owner=checked.owner)
+        headline = checked.content().headline
+        return f"{headline.problem}\nFix: {headline.fix}" if headline is not None else None
 
     # --- hooks
     def pre_run_cell(self, info=None) -> None:

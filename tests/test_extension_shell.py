@@ -112,7 +112,7 @@ def test_report_formats(shell, capsys):
     assert data["causes"][0]["family"] == "illegal_memory_access"
     shell.run_line_magic("cudaguard", "report --markdown")
     markdown = capsys.readouterr().out
-    assert markdown.startswith("### nb_cudaguard") and "`illegal_memory_access`" in markdown
+    assert markdown.startswith("### nb_cudaguard") and "· illegal_memory_access</sub>" in markdown
 
 
 def test_plain_errors_stay_quiet(shell, capsys):

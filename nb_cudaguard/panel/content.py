@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nb_cudaguard import families
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.incident import catalog
 from nb_cudaguard.incident.incident import Incident
-from nb_cudaguard.panel.headline import Headline, headline_of
+from nb_cudaguard.panel.headline import CauseLine, EvidenceRow, Headline, headline_of
 from nb_cudaguard.panel.memory import MemoryFacts, is_out_of_memory
 from nb_cudaguard.record.assertions import AssertionRecord
 
@@ -79,47 +78,6 @@ def verdict_of(incident: Incident) -> Verdict:
 class AssertionLine:
     printed: str  # the assertion as the GPU printed it, shortened
     meaning: str
-
-
-@dataclass(frozen=True)
-class EvidenceRow:
-    """One fact behind a cause: its sentence, and the values and range it quotes (which the headline words)."""
-
-    text: str
-    inferred: bool
-    variable: str | None = None
-    values: tuple = ()  # the offending values, the first VALUES_SHOWN of them
-    count: int | None = None  # how many break the range, in all
-    valid_range: str | None = None  # "[0, 195)", "[0, 1]", "length <= 16", "int64 (Long)"
-    range_source: str | None = None  # where the range comes from: "model.classifier.out_features"
-
-    @property
-    def line(self) -> str:
-        return self.text + (" (inferred)" if self.inferred else "")
-
-
-@dataclass(frozen=True)
-class CauseLine:
-    family: str
-    variable: str | None
-    confidence: str  # "87%"
-    summary: str
-    fix: str
-    evidence: tuple[EvidenceRow, ...]
-
-    @property
-    def title(self) -> str:
-        """The cause as a person would name it: its family's summary, as a sentence (the identifier is for
-        tools and issues)."""
-        known = families.summary_of(self.family) if self.family in families.FAMILIES else ""
-        text = known or self.summary or self.family.replace("_", " ")
-        return text[:1].upper() + text[1:]
-
-    @property
-    def tag(self) -> str:
-        """The grey tag after a cause: its confidence and its family's identifier, which is for tools and issues
-        and never heads or starts a sentence a user reads."""
-        return f"{self.confidence} · {self.family}"
 
 
 @dataclass(frozen=True)

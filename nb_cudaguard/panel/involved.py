@@ -30,7 +30,9 @@ def _expressions_on(line: str) -> list[str]:
 
 
 def _candidates(report: Report) -> list[str]:
-    names: list[str] = []
+    """The notebook's own tensor first (``labels``, readable on the host while the loop's ``yb`` on a poisoned
+    device is not), then the causes' variables, then what the failing line reads."""
+    names: list[str] = [report.owner] if report.owner else []
     for cause in report.diagnosis.causes[:3]:
         names += [cause.variable] if cause.variable else []
         names += [ev.variable for ev in cause.evidence if ev.variable]

@@ -3,11 +3,10 @@
 
 The diagnosis names a cause's variable as the failing line spells it; a user fixes the tensor they built in an
 earlier cell. That tensor is found from what the runtime holds, never from the source text: the variable's own
-object when a namespace name holds it and it is
-no copy; else the host tensor it was copied from (``record.copies``) when a name holds that; else, for a class label
-a loop took batch by batch from a dataset and copied to the device, the dataset's label tensor when a namespace name
-holds it and it holds the very values the cause quotes (read on the host only, as ``diagnosis.tensors`` reads); the
-loop's own name last.
+object when a namespace name holds it and it is no copy; else the host tensor it was copied from (``record.copies``)
+when a name holds that; else, for class labels a loop took batch by batch from a dataset and copied to the device,
+the dataset's label tensor when a namespace name holds it and it holds the very values the cause quotes (read on the
+host only, as ``diagnosis.tensors`` reads); the loop's own name last.
 Read once, while the failing process and its namespace are alive; the report keeps the name across a restart.
 """
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from html import escape
 
-from nb_cudaguard.panel.content import CauseLine, EvidenceRow, ReportContent
+from nb_cudaguard.panel.content import ReportContent
+from nb_cudaguard.panel.headline import CauseLine, EvidenceRow
 from nb_cudaguard.panel.memory import MemoryFacts, human
 from nb_cudaguard.panel.render_text import split_step
 

@@ -7,7 +7,8 @@ then the rest (why, the other causes, the assertion, the tensors, the notes, the
 
 from __future__ import annotations
 
-from nb_cudaguard.panel.content import CauseLine, ReportContent, Verdict
+from nb_cudaguard.panel.content import ReportContent, Verdict
+from nb_cudaguard.panel.headline import CauseLine
 from nb_cudaguard.panel.memory import MemoryFacts, human
 
 
@@ -105,7 +106,7 @@ def to_markdown(content: ReportContent) -> str:
         out += [*(f"- {a.meaning}" for a in content.assertions), ""]
     if content.tensors:
         out += ["**Tensors involved**", "", *(f"- `{name}`: {summary}" for name, summary in content.tensors), ""]
-    out += [f"> {note}" for note in content.notes]
+    out += ["**Notes**", "", *(f"- {note}" for note in content.notes), ""] if content.notes else []
     if len(verdict.next_steps) > 1:
         out += ["", "**Other steps**", "", "```", *verdict.next_steps[1:], "```"]
     return "\n".join(out).rstrip() + "\n"

@@ -370,13 +370,9 @@ class _Resume:
         error = result.error_before_exec or result.error_in_exec
         if error is None:
             return "the failing cell ran without a failure under %%cudacheck" + tail(output.text())
-        text, diagnosis = describe(error, self.shell.user_ns, self.guard.journal)
-        if diagnosis is not None:
-            try:
-                self.guard.pin_report(diagnosis, error, target)
-            except Exception as exc:  # the replay's outcome still says what the check found
-                text += f"\n(the report could not be pinned: {type(exc).__name__}: {exc})"
-        return text
+        return describe(
+            error, self.shell.user_ns, self.guard.journal, lambda found: self.guard.pin_report(found, error, target)
+        )
 
     # --- what the user sees while it runs
     def _progress(self, index: int, record: CellRecord) -> None:

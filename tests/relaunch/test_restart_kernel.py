@@ -536,7 +536,9 @@ def test_restart_replay_and_diagnose_says_the_narrowed_cause_and_the_users_varia
     run_ok(kernel, "%cudaguard restart --diagnose --no-carry")
     said = value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.diagnosis")
     # as the panel says it: the user's values against their range, the fix; never the exception's raw line
-    assert said.startswith("`y` has 2 values outside [0, 3), such as 3: `model` has 3 outputs.\nFix: "), said
+    assert said.startswith(
+        "`y` has 2 values outside [0, 3) or -100 (ignore_index), such as 3: `model` has 3 outputs.\nFix: "
+    ), said
     assert "CudaCheckError" not in said and "num_classes_mismatch" not in said, said
     # the failing cell's own label and line, as the user saw it, not the re-run's
     assert f"Your line: cell [{failed.execution_count}], line 1: loss = F.cross_entropy(" in said, said
