@@ -174,16 +174,22 @@ def show_folded(folded: Folded) -> None:
     display(folded.bundle(), raw=True)
 
 
-def install(shell, show_full: Callable[[Folded], None] = show_folded) -> Callable[[], None] | None:
-    """Fold CUDA errors' tracebacks in ``shell``; returns the undo, or None when another handler is installed."""
+# the custom exception handler this module installed in each shell (by id): only that one is removed again
+_INSTALLED: dict[int, Callable[..., object]] = {}
+
+
+def install(shell, show_full: Callable[[Folded], None] = show_folded) -> bool:
+    """Fold CUDA errors' tracebacks in ``shell``; False when a handler is installed already (someone else's: then
+    nothing is folded; or this module's)."""
     if tuple(getattr(shell, "custom_exceptions", ())) != ():
-        return None
-    handler = make_handler(show_full)
-    shell.set_custom_exc((RuntimeError,), handler)
-    custom = shell.CustomTB
+        return False
+    shell.set_custom_exc((RuntimeError,), make_handler(show_full))
+    _INSTALLED[id(shell)] = shell.CustomTB
+    return True
 
-    def undo() -> None:  # returns None: what the caller keeps once undone
-        if shell.CustomTB is custom:  # nobody replaced it meanwhile
-            shell.set_custom_exc((), None)
 
-    return undo
+def uninstall(shell) -> None:
+    """Remove the handler ``install`` put in ``shell``, unless another has replaced it since."""
+    custom = _INSTALLED.pop(id(shell), None)
+    if custom is not None and shell.CustomTB is custom:
+        shell.set_custom_exc((), None)
