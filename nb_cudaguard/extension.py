@@ -18,6 +18,7 @@ from traitlets.config import Configurable
 from nb_cudaguard.check.magics import EveryCell
 from nb_cudaguard.diagnosis.reported import reported
 from nb_cudaguard.errors import CudaCheckError
+from nb_cudaguard.incident import compact
 from nb_cudaguard.incident.incident import Incident, build_incident
 from nb_cudaguard.incident.usercode import cell_filenames, note_cell
 from nb_cudaguard.record.capture import OutputCapture
@@ -125,6 +126,7 @@ class CudaGuard(Configurable):
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if self not in self.shell.configurables:
             self.shell.configurables.append(self)
+        compact.install(self.shell)  # a CUDA error's traceback: the user's frames, the full one folded
         from nb_cudaguard.panel.static import follow_kernel_exit
 
         self._unfollow_exit = follow_kernel_exit(self)
@@ -135,6 +137,7 @@ class CudaGuard(Configurable):
         if self._unfollow_exit is not None:  # an in-place restart keeps the panels live: not for it
             self._unfollow_exit()
             self._unfollow_exit = None
+        compact.uninstall(self.shell)
         for name, hook in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             try:
                 self.shell.events.unregister(name, hook)

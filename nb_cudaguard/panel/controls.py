@@ -22,26 +22,32 @@ def status_html(message: str, tone: str = "") -> str:
     return f'<span class="nbcg-status" style="color:{colour}">{escape(message, quote=False)}</span>'
 
 
+COPY_AREA_CLASS = "nbcg-copy-area"  # the box with the report's Markdown, shown only when the copy failed
+
+
 def clipboard_script(markdown: str) -> str:
     """Browser-side copy. ``element`` is the output node in JupyterLab, Notebook 7 and classic Notebook; the
-    clipboard needs a focused page in a secure context, so a refusal is said where the user looks."""
+    clipboard needs a focused page in a secure context, so a refusal is said where the user looks, and only then
+    the panel's box with the Markdown appears, to copy by hand."""
     return (
         "(async (text, node) => {\n"
         "  if (node && node.jquery) { node = node[0]; }\n"
         "  const say = (t) => { if (node) { node.textContent = t; } };\n"
         "  try { await navigator.clipboard.writeText(text); say('Copied the report (Markdown) to the clipboard.'); }\n"
         "  catch (e) { say('The browser did not allow clipboard access (' + (e && e.name) + '): '\n"
-        "              + 'select the text in the box below and copy it.'); }\n"
+        "              + 'select the text in the box below and copy it.');\n"
+        f"    const box = node && node.closest('.nb-cudaguard-panel') && node.closest('.nb-cudaguard-panel')"
+        f".querySelector('.{COPY_AREA_CLASS}');\n"
+        "    if (box) { box.style.display = ''; } }\n"
         f"}})({json.dumps(markdown)}, typeof element === 'undefined' ? null : element);"
     )
 
 
 def copy_report(markdown: str, area: Any, output: Any) -> None:
-    """Try the clipboard, and always show the Markdown in a box: the fallback stays visible either way."""
+    """Try the clipboard; the box holds the Markdown, hidden unless the browser refused the copy."""
     from IPython.display import Javascript, clear_output, display
 
     area.value = markdown
-    area.layout.display = ""
     with output:
         clear_output()
         display(Javascript(clipboard_script(markdown)))
@@ -55,3 +61,9 @@ def make_button(w: Any, key: str, description: str, style: str, icon: str, on_cl
     button.add_class(f"nbcg-{key}")
     button.on_click(on_click)
     return button
+
+
+def plan_row_layout(w: Any) -> Any:
+    """A replay plan's row spans the panel's width and no more: ipywidgets' own 2 px side margins on a 100 % wide
+    checkbox made every row, and so the plan, scroll sideways at every width."""
+    return w.Layout(width="100%", margin="1px 0")

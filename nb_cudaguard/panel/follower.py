@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from nb_cudaguard.panel.actions import PanelActions
+from nb_cudaguard.panel.controls import COPY_AREA_CLASS, plan_row_layout
 from nb_cudaguard.panel.handover import HandoverError, PanelHandover
 from nb_cudaguard.panel.render_html import outcome_head
 from nb_cudaguard.panel.static import StaticTwin
@@ -139,6 +140,7 @@ class ReattachedPanel(PanelActions):
         self.copy_area = w.Textarea(
             comm=_secondary_comm(h.copy_area, kernel), layout=w.Layout(display="none", width="100%", height="14em")
         )
+        self.copy_area.add_class(COPY_AREA_CLASS)
         handlers = {
             "replay": lambda _: self._restart(False),
             "diagnose": lambda _: self._restart(True),
@@ -165,7 +167,7 @@ class ReattachedPanel(PanelActions):
                 description=row.description,
                 indent=False,
                 disabled=True,
-                layout=w.Layout(width="100%"),
+                layout=plan_row_layout(w),
             )
             self.boxes.append((box, row.execution_count, row.minimal))
         self.plan = self.plan_head = None

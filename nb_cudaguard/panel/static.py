@@ -29,14 +29,20 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-# what is true wherever the copy shows: the verdict was the drawing kernel's; the report lives on in that kernel and
-# across its in-place restarts (SessionState.report), not in a kernel the frontend restarted or a new one
-STATIC_NOTE = (
-    '<div class="nbcg nbcg-dim" style="margin-top:4px"><i>A copy of the panel as the kernel that ran this cell drew '
-    "it: the verdict is that kernel's. While that kernel runs (also after its own Restart &amp; replay), "
-    "<code>%cudaguard report</code> draws the panel again with its buttons. A kernel restarted from the menu, or a "
-    "new one, starts without this report: run the failing cell again there.</i></div>"
+# what is true wherever the copy shows: the verdict was the drawing kernel's, about that kernel's CUDA context; the
+# report lives on in that kernel and across its in-place restarts (SessionState.report), not in a kernel the frontend
+# restarted or a new one. So the copy is greyed under a head that says whose it is, and ends with what works now.
+STATIC_HEAD = (
+    '<div class="nbcg nbcg-static-head" style="margin:2px 0 6px;font-weight:600">From the kernel before the restart'
+    '<span style="font-weight:400;opacity:.8"> · a copy of the panel the kernel that ran this cell drew; what it '
+    "says about the CUDA context was about that kernel, not this one.</span></div>"
 )
+STATIC_NOTE = (
+    '<div class="nbcg nbcg-static-now" style="margin-top:6px"><b>What works now:</b> apply the fix above to your '
+    "code, then run the notebook from the top (Run All). If the cell fails again, nb_cudaguard draws a new panel "
+    "there, with working buttons.</div>"
+)
+GREYED = "filter:grayscale(1);opacity:.7"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 EMPTIED: dict[str, str] = {"text/plain": ""}  # the widget's output once the panel is static for good
 
@@ -49,13 +55,15 @@ def new_token() -> str:
 class StaticTwin:
     """One panel's pair of outputs, by ``token``: the widget's (display id ``nbcg-panel-<token>``) and its twin's
     (display id and element id ``nbcg-static-<token>``). ``plain`` and ``markdown`` are the twin's other formats;
-    ``note`` ends its HTML (how to act without the buttons); ``live_class`` marks the widget when it is drawn."""
+    ``note`` ends its greyed HTML (what works now), ``head`` starts it (whose it is); ``live_class`` marks the
+    widget when it is drawn."""
 
     token: str
     plain: str
     markdown: str
     note: str = STATIC_NOTE
     live_class: str = "nb-cudaguard-panel"
+    head: str = STATIC_HEAD
 
     @property
     def widget_id(self) -> str:
@@ -66,10 +74,13 @@ class StaticTwin:
         return f"nbcg-static-{self.token}"
 
     def live_style(self) -> str:
-        """Put first in the live panel's HTML: the twin is hidden while the widget is drawn."""
+        """Put first in the live panel's HTML: the twin is hidden while the widget is drawn, and the panel fits the
+        output's width."""
         sid = self.static_id
         hidden = "{display:none!important}"
-        return f"<style>#{sid}{hidden}.jp-OutputArea-child:has(#{sid}){hidden}</style>"
+        return (
+            f"<style>#{sid}{hidden}.jp-OutputArea-child:has(#{sid}){hidden}{fit_style('.' + self.live_class)}</style>"
+        )
 
     def bundle(self, html: str) -> dict[str, str]:
         """The twin's formats, its HTML from the panel's (``html``, with or without the live panel's rule)."""
@@ -78,8 +89,8 @@ class StaticTwin:
         return {
             "text/plain": self.plain,
             "text/markdown": self.markdown,
-            "text/html": f'{_twin_style(sid, self.live_class)}<div id="{sid}" class="nbcg-static">{report}'
-            f"{self.note}</div>",
+            "text/html": f'{_twin_style(sid, self.live_class)}<div id="{sid}" class="nbcg-static">{self.head}'
+            f'<div class="nbcg-static-copy" style="{GREYED}">{report}</div>{self.note}</div>',
         }
 
     def show(self, widget_bundle: dict[str, Any], html: str) -> None:
@@ -101,6 +112,16 @@ class StaticTwin:
             update_display(self.bundle(html), raw=True, display_id=self.static_id)
 
 
+def fit_style(scope: str) -> str:
+    """CSS rules that keep a panel (``scope``: its live class, or the twin) within the output's width: a widget's
+    flex items are as wide as their widest unbreakable content by default, so a table of long names made the
+    panel overflow sideways at 800 px, or beside JupyterLab's file browser; long names break instead."""
+    return (
+        f"{scope} .widget-html-content,{scope} .widget-html,{scope} .widget-box,{scope}{{min-width:0}}"
+        f"{scope} code,{scope} pre{{overflow-wrap:anywhere}}{scope} td,{scope} th{{overflow-wrap:break-word}}"
+    )
+
+
 def _twin_style(sid: str, live_class: str) -> str:
     """In JupyterLab and Notebook 7: the twin is hidden while the output after it is a widget view being loaded or
     drawn, and while there is none yet (only in the live app, whose outputs are Lumino widgets: an export always
@@ -115,7 +136,7 @@ def _twin_style(sid: str, live_class: str) -> str:
     widget_output = f'.jp-OutputArea-output:is(.lm-Panel,[data-mime-type="{WIDGET_VIEW}"])'
     return (
         f"<style>{twin}:has(+ {child} > {widget_output}:not(.jupyter-widgets)),.lm-Widget{twin}:last-child"
-        f"{{display:none}}{twin} + {child}:not(:has(.{live_class})){{display:none}}</style>"
+        f"{{display:none}}{twin} + {child}:not(:has(.{live_class})){{display:none}}{fit_style('#' + sid)}</style>"
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from nb_cudaguard.panel.actions import PanelActions, PanelSession
 from nb_cudaguard.panel.content import ReportContent, verdict_of
-from nb_cudaguard.panel.controls import make_button
+from nb_cudaguard.panel.controls import COPY_AREA_CLASS, make_button, plan_row_layout
 from nb_cudaguard.panel.memory import MemoryFacts, memory_facts, release
 from nb_cudaguard.panel.report import Report, text_bundle
 from nb_cudaguard.panel.static import WIDGET_VIEW, StaticTwin, new_token
@@ -89,6 +89,7 @@ class Panel(PanelActions):
         self.status = w.HTML("")
         self.output = w.Output()
         self.copy_area = w.Textarea(layout=w.Layout(display="none", width="100%", height="14em"))
+        self.copy_area.add_class(COPY_AREA_CLASS)
         self.buttons: dict[str, Any] = {}  # ipywidgets.Button by key
         self.boxes: list[tuple[Any, int, bool]] = []
         self.plan = self.plan_head = None
@@ -135,7 +136,7 @@ class Panel(PanelActions):
                 value=record.seq in chosen,
                 description=f"{record.label}  {record.duration:.2f} s  {_shorten(record.first_line)}{fate}",
                 indent=False,
-                layout=w.Layout(width="100%"),
+                layout=plan_row_layout(w),
             )
             self.boxes.append((box, record.execution_count, record.seq in chosen))
         target = f" for {minimal.target.label}" if minimal.target is not None else ""

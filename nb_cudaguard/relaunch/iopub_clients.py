@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nb_cudaguard.relaunch.kernel_internals import tcp_peer_fds
+from nb_cudaguard.relaunch.kernel_internals import publish_status, tcp_peer_fds
 
 # Clients retry their connection every 100 ms (libzmq's default), and a reply sent before a client is back is
 # dropped by the ROUTER socket, its output by the PUB socket: after the replay, requests are answered once a client
@@ -46,6 +46,37 @@ async def hold_until_subscribed(kernel) -> None:
     sign to wait for."""
     if _SUBSCRIPTIONS.watched_from_start:
         await wait_for_clients(kernel, seconds=CLIENT_WAIT)
+
+
+class BusyUntilDone:
+    """The kernel reads busy in the frontends from the click on a restart until the replay ends.
+
+    The old process said "busy" after the restart's request was answered (``kernel_restart``); what the new one
+    says first, ipykernel's "starting", is lost or read as not busy, and what it publishes before a client is back
+    on iopub is dropped. So once a client is back (and the kernel has started: made on its event loop), the new
+    process says "busy" again, unless the replay has ended: ``done`` says "idle". A lock orders the two, so that a
+    late "busy" can never follow the "idle"."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self._lock = threading.Lock()
+        self._done = False
+        back = clients_back(kernel)
+        threading.Thread(target=self._when_back, args=(back,), name="nb_cudaguard-busy", daemon=True).start()
+
+    def _when_back(self, back: threading.Event) -> None:
+        while not back.wait(0.05):
+            with self._lock:
+                if self._done:
+                    return
+        with self._lock:
+            if not self._done:
+                publish_status(self.kernel, "busy")
+
+    def done(self) -> None:
+        with self._lock:
+            self._done = True
+            publish_status(self.kernel, "idle")
 
 
 def clients_are_back(kernel) -> bool:

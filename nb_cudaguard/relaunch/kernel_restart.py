@@ -41,6 +41,7 @@ class KernelRestart:
         self.kernel = guard.shell.kernel
         self.plan = plan
         self.options = options
+        self.requested_at = time.time()  # the click, or the cell: the wait the panel's heading counts starts here
         self.pending: list[list[bytes]] = []
         self.record = guard.current_cell
         self.journal_json: str | None = None
@@ -79,6 +80,9 @@ class KernelRestart:
         stage = "preparing"
         try:
             await self._after_restart_request()
+            # the request that asked for the restart said "idle": the kernel is busy until the new process's replay
+            # ends (it says "idle" then, resume.Replay), and the frontends show it so meanwhile
+            internals.publish_status(self.kernel, "busy")
             mark_restart_cell(self.record)
             self.journal_json = self.guard.journal.to_json()  # once: the last write sits right before the exec
             # The handoff is written once everything is closed; its space is taken now, so that a disk that is full
@@ -177,6 +181,7 @@ class KernelRestart:
             parent_header=self.parent,
             display_id=self.display_id,
             subshells=self.subshells,
+            requested_at=self.requested_at,
         )
 
     async def _abort(self, exc: BaseException) -> None:
@@ -195,6 +200,7 @@ class KernelRestart:
         while self.pending:  # not through the capture, which still keeps whatever arrives meanwhile
             await internals.dispatch_raw(self.kernel, self.pending.pop(0), unpatched=True)
         internals.release_requests(self.kernel, self._queue)
+        internals.publish_status(self.kernel, "idle")  # said "busy" once the restart's request was answered
         discard_written(self.binding)  # last: whatever it meets, the cell has said why and the requests have run
 
     def _hand_over_written(self) -> None:

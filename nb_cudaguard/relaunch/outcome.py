@@ -22,7 +22,8 @@ class ReplayOutcome:
     failed: CellRecord | None = None
     error: str | None = None
     output: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # the replay's
+    waited: float | None = None  # from the restart's request to the end of the replay: what the user waited
     served: int = 0
     diagnosis: str | None = None
     names: list[str] = field(default_factory=list)
@@ -72,7 +73,9 @@ class ReplayOutcome:
                 f"Partly recovered: {len(self.ran)} cell(s) replayed{carried}, but {_few(self.lost)} did not come "
                 f"back (bound by cells the restart did not run, and not carried). {target} does not read them."
             )
-        return f"Recovered: {len(self.ran)} cell(s) replayed{carried} in {self.seconds:.1f} s. Fix {target} and run it."
+        waited = self.waited if self.waited is not None else self.seconds
+        back = f"back after {waited:.1f} s"  # the whole wait, from the restart's request: what the user waited
+        return f"Recovered: {len(self.ran)} cell(s) replayed{carried}; {back}. Fix {target} and run it."
 
     @property
     def not_run(self) -> list[CellRecord]:

@@ -38,7 +38,7 @@ def handoff_for(guard: CudaGuardState, plan: ReplayPlan, options: RestartOptions
         pid=os.getpid(),
         execution_count=fields.pop("execution_count", None) or guard.shell.execution_count,
         restarts=guard.restarts + 1,
-        requested_at=time.time(),
+        requested_at=fields.pop("requested_at", None) or time.time(),
         session=guard.session_state(),
         **fields,
     )

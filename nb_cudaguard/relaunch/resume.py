@@ -219,26 +219,27 @@ class _Resume:
 
     # --- drivers
     def _schedule(self) -> None:
+        self._busy = iopub_clients.BusyUntilDone(self.kernel)
         self._task = internals.run_first(self.kernel, self.run_async)
 
     async def run_async(self) -> None:
         lock = internals.main_lock(self.kernel)
         async with lock if lock is not None else contextlib.nullcontext():
             started = time.perf_counter()
-            for index, record in enumerate(self._cells(), 1):
-                self._progress(index, record)
-                with numbered(self.shell, record):
-                    result, output, seconds = await self._run_async(record.source)
-                if not self._record(record, result, output, seconds):
-                    break
-            self._finish_replay(started)
-            await iopub_clients.wait_for_clients(self.kernel)  # what runs next must not publish into the void
-            if self.requests is not None:
-                self.outcome.served = await self.requests.run()
-            await iopub_clients.hold_until_subscribed(self.kernel)  # see there
-            # the frontends last heard "starting" (the new process's first status): without this they show the
-            # kernel starting until the user's next cell
-            internals.publish_status(self.kernel, "idle")
+            try:
+                for index, record in enumerate(self._cells(), 1):
+                    self._progress(index, record)
+                    with numbered(self.shell, record):
+                        result, output, seconds = await self._run_async(record.source)
+                    if not self._record(record, result, output, seconds):
+                        break
+                self._finish_replay(started)
+                await iopub_clients.wait_for_clients(self.kernel)  # what runs next must not publish into the void
+                if self.requests is not None:
+                    self.outcome.served = await self.requests.run()
+                await iopub_clients.hold_until_subscribed(self.kernel)  # see there
+            finally:  # the frontends last heard "busy" (or "starting"): else they show it until the next cell
+                self._busy.done()
 
     def run_sync(self) -> None:
         started = time.perf_counter()
@@ -330,6 +331,7 @@ class _Resume:
         self.outcome.lost = [name for name in self.outcome.plan.brings_back if name not in present]
         if self._should_diagnose():
             self.outcome.diagnosis = self._diagnose()
+        self.outcome.waited = max(0.0, time.time() - self.content.requested_at)  # the restart, the replay, the rest
         self.outcome.done = True
         self._progress_done()
 

@@ -56,7 +56,7 @@ def test_notebook_shows_failure_explanation_and_fix(name, monkeypatch):
     panels = [i for i, o in enumerate(outputs) if o.output_type == "display_data" and WIDGET_VIEW in o.data]
     assert len(panels) == 1, "one panel, shown once"
     bundle = outputs[panels[0] - 1].data  # its static twin, right before it
-    assert "draws the panel again with its buttons" in bundle["text/html"]
+    assert "From the kernel before the restart" in bundle["text/html"] and "What works now" in bundle["text/html"]
     for mime in ("text/plain", "text/markdown", "text/html"):
         assert family in bundle[mime], mime  # static viewers and nbconvert see the explanation too
     assert "poisoned" in bundle["text/html"].lower()

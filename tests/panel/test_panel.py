@@ -19,6 +19,7 @@ from nb_cudaguard.cli.kernelsession import KernelSession
 from nb_cudaguard.panel.follower import reattach_after_restart
 from nb_cudaguard.panel.handover import ENV, BoxState, ButtonState, HandoverError, PanelHandover
 from nb_cudaguard.panel.render_text import split_step
+from nb_cudaguard.panel.static import GREYED, STATIC_HEAD, STATIC_NOTE
 from nb_cudaguard.panel.widget import Panel, gather
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,7 +76,9 @@ def test_panel_widgets_show_the_plan_and_copy_the_report(shell):
     assert "<b>A class label is negative or not smaller than the number of classes</b>" in panel.body.value
 
     panel.buttons["copy"].click()
-    assert panel.copy_area.layout.display == "" and panel.copy_area.value == panel.markdown
+    assert panel.copy_area.value == panel.markdown
+    # the box shows only when the browser refuses the copy (its script reveals it then)
+    assert panel.copy_area.layout.display == "none" and "nbcg-copy-area" in panel.copy_area._dom_classes
     # first what is wrong, in the user's variable, against what bounds it; then why, the tensors, ...
     copied = panel.copy_area.value
     assert copied.startswith("### nb_cudaguard: `labels` holds 195, outside [0, 195): `model` has 195 outputs."), copied
@@ -95,12 +98,13 @@ def test_the_static_twin_is_the_whole_report_with_how_to_get_the_buttons_back(sh
     bundle = twin.bundle(live)
     assert bundle["text/plain"] == panel.texts["text/plain"] and bundle["text/markdown"] == panel.markdown
     html_ = bundle["text/html"]
-    assert f'<div id="{twin.static_id}" class="nbcg-static">{panel.texts["text/html"]}' in html_
+    copy = f'<div class="nbcg-static-copy" style="{GREYED}">{panel.texts["text/html"]}</div>'
+    assert f'<div id="{twin.static_id}" class="nbcg-static">{STATIC_HEAD}{copy}{STATIC_NOTE}</div>' in html_
     assert twin.live_style() not in html_  # the rule that hides the twin stays with the live panel
     hides_the_widget_unless_live = f":has(#{twin.static_id}) + .jp-OutputArea-child:not(:has(.nb-cudaguard-panel))"
     assert hides_the_widget_unless_live in html_
-    assert html_.count("%cudaguard report</code> draws the panel again with its buttons") == 1
-    assert "draws the panel again with its buttons" not in live  # the live panel has them
+    assert html_.count("From the kernel before the restart") == 1 and html_.count("What works now") == 1
+    assert "From the kernel before the restart" not in live and "What works now" not in live
     assert twin.widget_id == "nbcg-panel-" + twin.token and twin.static_id == "nbcg-static-" + twin.token
 
 
@@ -346,7 +350,7 @@ def _panel_displays(messages: list[dict]) -> list[tuple[str, str]]:
     pairs = [(shown[i][0], shown[i - 1][0]) for i, (_, data) in enumerate(shown) if WIDGET_VIEW in data and i]
     for _, twin_id in pairs:
         twin = dict(shown)[twin_id]
-        assert WIDGET_VIEW not in twin and "draws the panel again with its buttons" in twin["text/html"], twin
+        assert WIDGET_VIEW not in twin and "From the kernel before the restart" in twin["text/html"], twin
     return pairs
 
 
@@ -361,7 +365,7 @@ def _assert_static(updates: dict[str, dict], widget_id: str, twin_id: str) -> No
     html_ = updates[twin_id]["text/html"]
     assert f'id="{twin_id}"' in html_ and "context POISONED" in html_
     assert (
-        html_.count("draws the panel again with its buttons") == 1 and "display:none!important" not in html_
+        html_.count("From the kernel before the restart") == 1 and "display:none!important" not in html_
     )  # shown, not hidden
 
 

@@ -101,6 +101,30 @@ def test_a_client_that_waits_for_replies_before_reading_iopub_gets_the_next_requ
     assert "['kept']" in _streams_until_idle(kc, [after])[after]
 
 
+def test_the_kernel_reads_busy_from_the_restart_until_the_replay_ends(kernel):
+    """What a frontend's kernel indicator shows: the last status it read. After the restart's request says idle,
+    the old process says busy; the new one, once the client is back, says busy again (over ipykernel's "starting",
+    or after it was lost) and idle only when the replay has ended."""
+    run_ok(kernel, "import time\nbase = 40")
+    run_ok(kernel, "time.sleep(1.0)\nslow = base + 1")  # a replay that lasts after the client is back
+    kc = kernel.kc
+    restart_id = kc.execute("%cudaguard restart --replay all --no-carry")
+    states: list[tuple[str, str | None]] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (states and states[-1] == ("idle", None) and len(states) > 3):
+        msg = kc.get_iopub_msg(timeout=120)
+        if msg["msg_type"] == "status":
+            states.append((msg["content"]["execution_state"], msg["parent_header"].get("msg_id")))
+    answered = states.index(("idle", restart_id))
+    after = states[answered + 1 :]
+    assert after[0] == ("busy", None), states  # said by the old process, right after the restart's reply
+    assert after[-1] == ("idle", None), states  # the replay has ended
+    assert [s for s, _ in after[:-1] if s == "idle"] == [], states  # never idle in between
+    last_start = max((i for i, (s, _) in enumerate(after) if s == "starting"), default=0)
+    assert ("busy", None) in after[last_start:-1], states  # and busy again over the new process's "starting"
+    assert state(kernel, "slow") == 41
+
+
 def _streams_until_idle(kc, ids: list[str], timeout: float = 120) -> dict[str, str]:
     """The stream text of each request in ``ids``, read from iopub until each has said idle."""
     streams = dict.fromkeys(ids, "")
