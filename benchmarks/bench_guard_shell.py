@@ -15,7 +15,7 @@ does; ``--fresh`` passes ``x.clone(), y.clone()`` in both states instead, a new 
 loader gives, so that no verdict can be reused.
 
 ``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
-cell's end, in the same cells with the checks on.
+cell's end, in the same cells with the checks on (with ``--fresh``, a new batch tensor every step there too).
 
 ``--warm`` times the two checked calls alone in a tight loop inside one real cell (``F.embedding`` and
 ``F.cross_entropy`` on tiny tensors, ``--loop`` iterations), the checks off and on in alternate cells: what a
@@ -197,7 +197,7 @@ def run_eager(shell, sizes: list[str], cells: list[int], rounds: int, tensors: s
     return rows
 
 
-def run_probe(shell, size: str, steps: int, cells: int) -> dict:
+def run_probe(shell, size: str, steps: int, cells: int, tensors: str = SAME) -> dict:
     """The host time inside each check, measured directly in the real step: every checked entry point's check is
     timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
     boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
@@ -233,11 +233,11 @@ def run_probe(shell, size: str, steps: int, cells: int) -> dict:
     fast_entries._checked, fast_mode.FastChecker.finish = timed_checked, timed_finish
     try:
         _switch(shell, True)
-        _run(shell, CELL.format(steps=steps, batch=SAME))
+        _run(shell, CELL.format(steps=steps, batch=tensors))
         spent.clear()
         reads.clear()
         for _ in range(cells):
-            _run(shell, CELL.format(steps=steps, batch=SAME))
+            _run(shell, CELL.format(steps=steps, batch=tensors))
     finally:
         _switch(shell, False)
         fast_entries._checked, fast_mode.FastChecker.finish = original_checked, original_finish
@@ -366,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     shell = make_shell()
     sizes = args.sizes.split(",")
+    tensors = FRESH if args.fresh else SAME
     if args.probe:
-        found = [run_probe(shell, size, n, 20) for size in sizes for n in (int(c) for c in args.cells.split(","))]
+        cells = [int(c) for c in args.cells.split(",")]
+        found = [run_probe(shell, size, n, 20, tensors) for size in sizes for n in cells]
         if args.json:
             print(json.dumps(found, indent=2))
             return 0
@@ -406,7 +408,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"first compile off/on {r['first_compile_s_off']:.1f}/{r['first_compile_s_on']:.1f} s"
             )
         return 0
-    tensors = FRESH if args.fresh else SAME
     rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds, tensors)
     if args.json:
         print(json.dumps(rows, indent=2))
