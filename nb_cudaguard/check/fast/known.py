@@ -30,25 +30,35 @@ import torch
 
 LIMIT = 16  # entries kept; a new one past it drops the oldest
 ELEMENTS = 1 << 16  # larger tensors are not kept: each entry holds its safe values
+SEEN = 1024  # tensors checked once, remembered by identity only
 _STRIDED = torch.strided  # a sparse index has no storage to compare
 
 
 class Known:
-    """Checked index tensors by (base, geometry, range): each with its version, data pointer and safe values."""
+    """Checked index tensors by (base, geometry, range): each with its version, data pointer and safe values.
+
+    A tensor is kept the second time it is checked, not the first: a loader gives a new batch every step, which is
+    never checked again, and keeping it (its geometry, a weak reference) would cost every step for nothing; the first
+    time, only its identity is noted (``_seen``), and a lookup of a tensor nothing is kept for is one set test.
+    """
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, tuple[Any, int, int, Any]] = {}
+        self._owners: dict[int, int] = {}  # id of a kept base -> its entries
+        self._seen: set[int] = set()  # ids of bases checked once (a reused id only makes a tensor kept sooner)
         self.skipped = 0  # checks found here since the process started (the benchmarks read it)
 
     def clear(self) -> None:
         self._by_key.clear()
+        self._owners.clear()
+        self._seen.clear()
 
     def safe(self, x, low: int, high: int, ignore: int | None) -> Any:
         """The safe values the same check of the same unchanged ``x`` made, or None."""
-        if x.layout is not _STRIDED:
-            return None
         base = x._base
         owner = x if base is None else base
+        if id(owner) not in self._owners or x.layout is not _STRIDED:
+            return None
         entry = self._by_key.get((id(owner), x.storage_offset(), x.shape, x.stride(), x.dtype, low, high, ignore))
         if (
             entry is None
@@ -62,17 +72,31 @@ class Known:
         return entry[3]
 
     def remember(self, x, low: int, high: int, ignore: int | None, safe) -> None:
-        """Keep ``safe`` as the check of ``x`` against this range (small tensors with a version counter). Whose
-        memory it is, is asked when it is found again (:meth:`safe`), not here: asking makes a Python object for
-        the tensor's storage, which then costs about 10 µs when the tensor is freed, every step for a loader's new
-        batch (measured in a checked loop of fresh tensors)."""
-        if x.numel() > ELEMENTS or x.is_inference():
-            return
+        """Keep ``safe`` as the check of ``x`` against this range, if ``x`` was checked before (small strided
+        tensors with a version counter). Whose memory it is, is asked when it is found again (:meth:`safe`), not
+        here: asking makes a Python object for the tensor's storage, which then costs about 10 µs when the tensor is
+        freed (measured in a checked loop of new tensors)."""
         base = x._base
         owner = x if base is None else base
+        number = id(owner)
+        if number not in self._seen:
+            if len(self._seen) >= SEEN:
+                self._seen.clear()
+            self._seen.add(number)
+            return
+        if x.layout is not _STRIDED or x.numel() > ELEMENTS or x.is_inference():
+            return
         if len(self._by_key) >= LIMIT:
-            del self._by_key[next(iter(self._by_key))]
-        key = (id(owner), x.storage_offset(), x.shape, x.stride(), x.dtype, low, high, ignore)
+            oldest = next(iter(self._by_key))
+            del self._by_key[oldest]
+            left = self._owners[oldest[0]] - 1
+            if left:
+                self._owners[oldest[0]] = left
+            else:
+                del self._owners[oldest[0]]
+        key = (number, x.storage_offset(), x.shape, x.stride(), x.dtype, low, high, ignore)
+        if key not in self._by_key:
+            self._owners[number] = self._owners.get(number, 0) + 1
         self._by_key[key] = (weakref.ref(owner), x._version, x.data_ptr(), safe)
 
 
