@@ -8,11 +8,14 @@ turn (the order alternating every round): ``%cudaguard check on`` or ``off`` (no
 around ``shell.run_cell`` (the cell as the user waits for it: IPython's and nb_cudaguard's per-cell work, the cell's
 code, and with the checks on the read of the boards at the cell's end). Reported per size and cell length: the
 median of the per-round ratios on/off with their quartiles (the noise), and the host microseconds per checked op,
-``(on - off) / checks``, where ``checks`` is counted by the fast mode itself (``BOARD.checks``, one per verdict),
-not assumed.
+``(on - off) / checks``, where ``checks`` is counted by the fast mode itself (every checked call: a verdict taken,
+``BOARD.checks``, or one reused from an earlier check of the same unchanged tensor, ``fast.known``; the second
+count is printed as ``reused``), not assumed. The cell passes the same ``x, y`` every step, as the issue's step
+does; ``--fresh`` passes ``x.clone(), y.clone()`` in both states instead, a new tensor every step as a data
+loader gives, so that no verdict can be reused.
 
 ``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
-cell's end, in the same cells with the checks on.
+cell's end, in the same cells with the checks on (with ``--fresh``, a new batch tensor every step there too).
 
 ``--warm`` times the two checked calls alone in a tight loop inside one real cell (``F.embedding`` and
 ``F.cross_entropy`` on tiny tensors, ``--loop`` iterations), the checks off and on in alternate cells: what a
@@ -24,7 +27,7 @@ off: the step time ratio, and the graph breaks and graphs Dynamo reports for eac
 so the states alternate in blocks, each recompiled and warmed untimed before it is timed.
 
     PYTHONPATH=. python benchmarks/bench_guard_shell.py [--rounds 15] [--sizes tiny,issue,medium,large]
-        [--cells 1,4,32] [--probe] [--warm [--loop 100]] [--compiled [--backend aot_eager|inductor]] [--json]
+        [--cells 1,4,32] [--fresh] [--probe] [--warm [--loop 100]] [--compiled [--backend aot_eager|inductor]] [--json]
 """
 
 from __future__ import annotations
@@ -61,11 +64,14 @@ y = torch.randint(0, {classes}, ({batch},))
 
 CELL = """\
 for _ in range({steps}):
-    loss = F.cross_entropy(head(emb(x).mean(1)), y)
+    xb, yb = {batch}
+    loss = F.cross_entropy(head(emb(xb).mean(1)), yb)
     opt.zero_grad()
     loss.backward()
     opt.step()
 """
+
+SAME, FRESH = "x, y", "x.clone(), y.clone()"  # the same batch every step, or a new tensor every step (a loader's)
 
 COMPILED_SETUP = """\
 def train_step():
@@ -107,16 +113,29 @@ def _switch(shell, on: bool) -> None:
         shell.run_line_magic("cudaguard", "check on" if on else "check off")
 
 
-def _timed(shell, source: str) -> tuple[float, float, int]:
-    """The cell through ``run_cell``: its wall time, its thread's CPU time (what other processes on a shared
-    machine disturb least: waiting for a core is not counted) and the checks it ran (the fast mode's own count)."""
+def _checked_calls() -> tuple[int, int]:
+    """The fast mode's own counts since the process started: checked calls, and of those the ones answered by an
+    earlier check of the same unchanged tensor (``fast.known``)."""
     from nb_cudaguard.check.fast.board import BOARD
 
+    try:
+        from nb_cudaguard.check.fast.known import KNOWN
+    except ImportError:  # a checkout from before fast.known, for a before/after run
+        return BOARD.checks, 0
+    return BOARD.checks + KNOWN.skipped, KNOWN.skipped
+
+
+def _timed(shell, source: str) -> tuple[float, float, int, int]:
+    """The cell through ``run_cell``: its wall time, its thread's CPU time (what other processes on a shared
+    machine disturb least: waiting for a core is not counted), the checked calls it made and how many of those
+    reused an earlier verdict (the fast mode's own counts)."""
     gc.collect()
-    before = BOARD.checks
+    calls, reused = _checked_calls()
     start, cpu = time.perf_counter(), time.thread_time()
     _run(shell, source)
-    return time.perf_counter() - start, time.thread_time() - cpu, BOARD.checks - before
+    wall, used = time.perf_counter() - start, time.thread_time() - cpu
+    calls_after, reused_after = _checked_calls()
+    return wall, used, calls_after - calls, reused_after - reused
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -144,7 +163,7 @@ def _summary(off: list[float], on: list[float], checks: list[int], steps: int) -
     }
 
 
-def run_eager(shell, sizes: list[str], cells: list[int], rounds: int) -> list[dict]:
+def run_eager(shell, sizes: list[str], cells: list[int], rounds: int, tensors: str = SAME) -> list[dict]:
     rows = []
     for name in sizes:
         vocab, width, batch, sequence, classes = SIZES[name]
@@ -152,30 +171,33 @@ def run_eager(shell, sizes: list[str], cells: list[int], rounds: int) -> list[di
         _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
         for on in (False, True, False, True):  # warm both states
             _switch(shell, on)
-            _run(shell, CELL.format(steps=4))
+            _run(shell, CELL.format(steps=4, batch=tensors))
         wall: dict[tuple[bool, int], list[float]] = {(on, n): [] for on in (False, True) for n in cells}
         cpu: dict[tuple[bool, int], list[float]] = {(on, n): [] for on in (False, True) for n in cells}
         checks: dict[int, list[int]] = {n: [] for n in cells}
+        reused: dict[int, list[int]] = {n: [] for n in cells}
         for i in range(rounds):
             for on in (False, True) if i % 2 == 0 else (True, False):
                 _switch(shell, on)
-                _run(shell, CELL.format(steps=1))  # untimed: the first cell after switching
+                _run(shell, CELL.format(steps=1, batch=tensors))  # untimed: the first cell after switching
                 for n in cells:
-                    elapsed, used, count = _timed(shell, CELL.format(steps=n))
+                    elapsed, used, count, known = _timed(shell, CELL.format(steps=n, batch=tensors))
                     wall[on, n].append(elapsed)
                     cpu[on, n].append(used)
                     if on:
                         checks[n].append(count)
+                        reused[n].append(known)
         _switch(shell, False)
         for n in cells:
             row = {"size": name, "steps": n, "rounds": rounds, "checks_per_cell": statistics.median(checks[n])}
+            row["reused_per_cell"] = statistics.median(reused[n])
             row["wall"] = _summary(wall[False, n], wall[True, n], checks[n], n)
             row["cpu"] = _summary(cpu[False, n], cpu[True, n], checks[n], n)
             rows.append(row)
     return rows
 
 
-def run_probe(shell, size: str, steps: int, cells: int) -> dict:
+def run_probe(shell, size: str, steps: int, cells: int, tensors: str = SAME) -> dict:
     """The host time inside each check, measured directly in the real step: every checked entry point's check is
     timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
     boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
@@ -211,11 +233,11 @@ def run_probe(shell, size: str, steps: int, cells: int) -> dict:
     fast_entries._checked, fast_mode.FastChecker.finish = timed_checked, timed_finish
     try:
         _switch(shell, True)
-        _run(shell, CELL.format(steps=steps))
+        _run(shell, CELL.format(steps=steps, batch=tensors))
         spent.clear()
         reads.clear()
         for _ in range(cells):
-            _run(shell, CELL.format(steps=steps))
+            _run(shell, CELL.format(steps=steps, batch=tensors))
     finally:
         _switch(shell, False)
         fast_entries._checked, fast_mode.FastChecker.finish = original_checked, original_finish
@@ -240,30 +262,30 @@ _logits = torch.randn(16, 10); _y = torch.randint(0, 10, (16,))
 WARM_CELL = """
 _start = time.thread_time()
 for _ in range({loop}):
-    F.embedding(_ids, _w); F.cross_entropy(_logits, _y)
+    F.embedding({ids}, _w); F.cross_entropy(_logits, {y})
 _took = time.thread_time() - _start
 """
 
 
-def run_warm(shell, rounds: int, loop: int) -> dict:
+def run_warm(shell, rounds: int, loop: int, fresh: bool = False) -> dict:
     """The checked calls in a tight loop, timed inside the cell (the cell's own per-run work is not in it); the
     checks off and on in turn, the order alternating every round. ``loop`` below 128 keeps every check held
-    until the cell's end (no fold mid-cell), as in a cell of a few training steps."""
-    from nb_cudaguard.check.fast.board import BOARD
-
+    until the cell's end (no fold mid-cell), as in a cell of a few training steps. ``fresh``: a new tensor for
+    each call (``clone()``, in both states), so that no check finds an earlier one of the same tensor."""
     _run(shell, WARM_SETUP)
-    cell = WARM_CELL.format(loop=loop)
+    ids, y = ("_ids.clone()", "_y.clone()") if fresh else ("_ids", "_y")
+    cell = WARM_CELL.format(loop=loop, ids=ids, y=y)
     took: dict[bool, list[float]] = {False: [], True: []}
     checks = []
     for index in range(rounds):
         for on in (False, True) if index % 2 == 0 else (True, False):
             _switch(shell, on)
             _run(shell, cell)  # untimed: the first run after switching refills CPython's caches
-            before = BOARD.checks
+            before = _checked_calls()[0]
             _run(shell, cell)
             took[on].append(shell.user_ns["_took"])
             if on:
-                checks.append(BOARD.checks - before)
+                checks.append(_checked_calls()[0] - before)
     _switch(shell, False)
     added = sorted((b - a) / c * 1e6 for a, b, c in zip(took[False], took[True], checks, strict=True))
     median, q1, q3 = _quartiles(added)
@@ -304,7 +326,7 @@ def run_compiled(shell, size: str, backend: str, blocks: int, steps: int) -> dic
                 breaks[on] = sum(counters["graph_break"].values())
                 graphs[on] = counters["stats"]["unique_graphs"]
             for _ in range(5):
-                _elapsed, used, _count = _timed(shell, COMPILED_CELL.format(steps=steps))
+                _elapsed, used, _count, _known = _timed(shell, COMPILED_CELL.format(steps=steps))
                 times[on].append(used / steps)
     _switch(shell, False)
     _run(shell, "del compiled_step, train_step")
@@ -336,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", action="store_true", help="time each check directly instead")
     parser.add_argument("--warm", action="store_true", help="time the checked calls alone, in a tight loop")
     parser.add_argument("--loop", type=int, default=100)
+    parser.add_argument("--fresh", action="store_true", help="a new batch tensor every step (clone), in both states")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     import torch
@@ -343,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     shell = make_shell()
     sizes = args.sizes.split(",")
+    tensors = FRESH if args.fresh else SAME
     if args.probe:
-        found = [run_probe(shell, size, n, 20) for size in sizes for n in (int(c) for c in args.cells.split(","))]
+        cells = [int(c) for c in args.cells.split(",")]
+        found = [run_probe(shell, size, n, 20, tensors) for size in sizes for n in cells]
         if args.json:
             print(json.dumps(found, indent=2))
             return 0
@@ -357,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     if args.warm:
-        warm = run_warm(shell, args.rounds, args.loop)
+        warm = run_warm(shell, args.rounds, args.loop, args.fresh)
         if args.json:
             print(json.dumps(warm, indent=2))
             return 0
@@ -383,20 +408,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"first compile off/on {r['first_compile_s_off']:.1f}/{r['first_compile_s_on']:.1f} s"
             )
         return 0
-    rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds)
+    rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds, tensors)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.rounds} interleaved rounds, medians")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.rounds} interleaved rounds, medians, "
+        f"{'a new batch tensor' if args.fresh else 'the same batch tensors'} every step"
+    )
     print("cpu: the cell's thread CPU time; wall: its wall time; [q1, q3]: quartiles of the per-round figures")
     print(
-        f"{'size':7} {'steps':>5} {'checks':>6} {'off ms/step':>11} {'cpu on/off [q1, q3]':>24} "
+        f"{'size':7} {'steps':>5} {'checks':>6} {'reused':>6} {'off ms/step':>11} {'cpu on/off [q1, q3]':>24} "
         f"{'cpu us/check [q1, q3]':>26} {'wall on/off [q1, q3]':>24} {'wall us/check':>14}"
     )
     for r in rows:
         c, w = r["cpu"], r["wall"]
         print(
-            f"{r['size']:7} {r['steps']:5} {r['checks_per_cell']:6.0f} {c['off_ms_per_step']:11.3f} "
+            f"{r['size']:7} {r['steps']:5} {r['checks_per_cell']:6.0f} {r['reused_per_cell']:6.0f} "
+            f"{c['off_ms_per_step']:11.3f} "
             f"{c['ratio']:7.3f} [{c['ratio_q1']:.3f}, {c['ratio_q3']:.3f}] "
             f"{c['us_per_check']:8.1f} [{c['us_per_check_q1']:6.1f}, {c['us_per_check_q3']:6.1f}] "
             f"{w['ratio']:7.3f} [{w['ratio_q1']:.3f}, {w['ratio_q3']:.3f}] {w['us_per_check']:14.1f}"

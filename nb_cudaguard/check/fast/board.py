@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from nb_cudaguard.check.fast.batch import Held, Layouts, fold_batch
+from nb_cudaguard.check.fast.known import KNOWN
 
 TAG_UNIT = 2**36  # counts stay below it; sites stay below 2**16, so tags stay exact in float64
 STALE = 2**35  # added to a tag: the input changed in place before its fold, so the value read is not its value
@@ -216,6 +217,8 @@ class Board:
         return firings
 
     def reset(self) -> None:
+        """After a read that found a firing: the board zeroed, and no verdict of this epoch is reused."""
+        KNOWN.clear()
         self._take()
         for state in self.tensors.values():
             state.zero_()

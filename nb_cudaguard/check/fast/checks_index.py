@@ -13,12 +13,16 @@ import torch
 
 from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
 from nb_cudaguard.check.fast.casts import check_cast
-from nb_cudaguard.check.fast.rules import index_in_range, integral, plain, selection_fits
+from nb_cudaguard.check.fast.rules import index_in_range, integral, known_safe, plain, selection_fits
 from nb_cudaguard.check.ops_index import one_hot_labels
 
 
 def checked_index(label: str, argument: str, family: str, index, low: int, high: int, source: str, fix=None):
-    """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range."""
+    """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range;
+    neither again for the same unchanged index and range (``known_safe``)."""
+    known = known_safe(index, low, high)
+    if known is not None:
+        return known
     check_cast(label, argument, index)
     site = site_of(label, argument, family, index, (low, high), source, fix)
     return index_in_range(site, index, low, high)

@@ -19,6 +19,7 @@ from nb_cudaguard.check.fast.rules import (
     ctc_labels,
     index_in_range,
     integral,
+    known_safe,
     monotone_offsets,
     non_negative,
     plain,
@@ -36,10 +37,12 @@ def embedding(label: str, args: tuple, kwargs: dict) -> Args:
     if not integral(ids) or not isinstance(weight, torch.Tensor) or weight.dim() < 1:
         return args, kwargs
     rows = weight.size(0)
-    check_cast(label, "indices", ids)
-    refine = None if compiling() else embedding_refine(weight)
-    site = site_of(label, "indices", _EMBEDDING, ids, (0, rows), "weight.shape[0]", refine=refine)
-    safe = index_in_range(site, ids, 0, rows)
+    safe = known_safe(ids, 0, rows)
+    if safe is None:
+        check_cast(label, "indices", ids)
+        refine = None if compiling() else embedding_refine(weight)
+        site = site_of(label, "indices", _EMBEDDING, ids, (0, rows), "weight.shape[0]", refine=refine)
+        safe = index_in_range(site, ids, 0, rows)
     return ((safe, *args[1:]), kwargs) if args else with_arg(args, kwargs, 0, "input", safe)
 
 
@@ -81,10 +84,13 @@ def class_target(label: str, args: tuple, kwargs: dict, ignore_position: int | N
             fix="Give one weight per class: weight=torch.tensor([...]) with num_classes entries.",
         )
     ignore = arg(args, kwargs, ignore_position, "ignore_index", -100) if ignore_position is not None else None
-    check_cast(label, "target", target)
-    source = _CLASSES_2D if logits.dim() >= 2 else _CLASSES_1D
-    site = site_of(label, "target", "label_out_of_range", target, (0, classes, ignore), source)
-    safe = index_in_range(site, target, 0, classes, ignore=int(ignore) if ignore is not None else None)
+    kept = int(ignore) if ignore is not None else None
+    safe = known_safe(target, 0, classes, kept)
+    if safe is None:
+        check_cast(label, "target", target)
+        source = _CLASSES_2D if logits.dim() >= 2 else _CLASSES_1D
+        site = site_of(label, "target", "label_out_of_range", target, (0, classes, ignore), source)
+        safe = index_in_range(site, target, 0, classes, ignore=kept)
     return with_arg(args, kwargs, 1, "target", safe)
 
 

@@ -17,6 +17,7 @@ import torch
 
 from nb_cudaguard.check.conditions import offsets_out_of_order
 from nb_cudaguard.check.fast.board import BOARD, fold
+from nb_cudaguard.check.fast.known import KNOWN
 
 compiling = torch.compiler.is_compiling  # Dynamo folds it to True while tracing; one call in eager
 
@@ -50,8 +51,15 @@ def integral(t) -> bool:
     return plain(t) and t.dtype in _INTEGER_DTYPES
 
 
+def known_safe(x, low: int, high: int, ignore: int | None = None):
+    """What the same check of the same unchanged ``x`` gave before (``fast.known``), or None: then the caller checks
+    it (``index_in_range``). Eager only."""
+    return None if compiling() else KNOWN.safe(x, low, high, ignore)
+
+
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
-    """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
+    """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept. In
+    eager mode the safe values are remembered for the same check of the same unchanged ``x`` (``known_safe``)."""
     safe = x.clamp(low, high - 1)
     if compiling():
         if ignore is not None and not low <= ignore < high:
@@ -65,6 +73,7 @@ def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None)
             safe = torch.where(x.eq(ignore), x, safe)
     if not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
         BOARD.defer(site, x, safe.ne(x))
+    KNOWN.remember(x, low, high, ignore, safe)
     return safe
 
 

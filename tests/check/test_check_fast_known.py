@@ -1,0 +1,153 @@
+"""An index tensor checked again, unchanged, against the same range reuses the first verdict (``fast.known``). What
+must hold: the reuse happens (the same batch or a buffer's view step after step), the op's result is the unchecked
+op's, and every case where the values or the rule may differ is checked again: a change in place (through a view
+too), memory shared with NumPy (a write there bumps no version), a swapped ``.data``, another range, another view of
+the same base, and the next cell after one that fired, in a real shell. Real ops, real bad values.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+F = torch.nn.functional
+
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+
+from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
+from nb_cudaguard.check.fast.known import KNOWN  # noqa: E402
+from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
+
+
+def _error_of(fn) -> FastCheckError | None:
+    try:
+        with FastChecker():
+            fn()
+    except FastCheckError as exc:
+        return exc
+    return None
+
+
+def _reused(fn) -> int:
+    before = KNOWN.skipped
+    assert _error_of(fn) is None
+    return KNOWN.skipped - before
+
+
+def test_the_same_batch_step_after_step_is_checked_once_and_gives_the_plain_result() -> None:
+    table, logits = torch.randn(10, 3), torch.randn(4, 6)
+    ids, labels = torch.tensor([[0, 9], [3, 2]]), torch.tensor([0, 5, -100, 2])
+    results = []
+
+    def steps() -> None:
+        for _ in range(4):
+            results.append((F.embedding(ids, table), F.cross_entropy(logits, labels)))
+
+    assert _reused(steps) == 4  # 8 checked calls: each tensor checked twice (kept the second time), then reused
+    plain = (F.embedding(ids, table), F.cross_entropy(logits, labels))
+    assert all(torch.equal(e, plain[0]) and torch.equal(c, plain[1]) for e, c in results)
+
+
+def test_a_buffer_sliced_anew_every_forward_is_checked_once_and_another_slice_again() -> None:
+    positions = torch.arange(8).unsqueeze(0)  # a model's position_ids buffer
+    table = torch.randn(6, 3)
+
+    def forwards() -> None:
+        for _ in range(4):
+            F.embedding(positions[:, :6], table)  # a new view object each time
+
+    assert _reused(forwards) == 2
+    error = _error_of(
+        lambda: [F.embedding(positions[:, :6], table) for _ in range(2)] + [F.embedding(positions[:, :7], table)]
+    )
+    assert error is not None and error.values == [6]  # the longer slice, at the same address, reaches row 6
+
+
+def test_a_change_in_place_is_checked_again_through_the_tensor_or_a_view() -> None:
+    table = torch.randn(5, 3)
+    ids = torch.tensor([1, 2, 3])
+
+    def through(change) -> FastCheckError | None:
+        def cell() -> None:
+            F.embedding(ids, table)
+            F.embedding(ids, table)  # kept: a second check
+            change()
+            F.embedding(ids, table)
+
+        ids.copy_(torch.tensor([1, 2, 3]))
+        return _error_of(cell)
+
+    error = through(lambda: ids.__setitem__(0, 7))
+    assert error is not None and error.values == [7]
+    error = through(lambda: ids.view(3, 1)[2].fill_(9))
+    assert error is not None and error.values == [9]
+
+
+def test_memory_shared_with_numpy_is_checked_every_time() -> None:
+    table = torch.randn(5, 3)
+    buffer = np.array([1, 2, 3])
+    borrowed = torch.from_numpy(buffer)
+    own = torch.tensor([1, 2, 3])
+
+    def cell() -> None:
+        for _ in range(2):  # a second check keeps them
+            F.embedding(borrowed, table)
+            F.embedding(own, table)
+        view = own.numpy()  # taken after the first check; a write through it bumps no version counter
+        buffer[1], view[2] = 8, 6
+        F.embedding(own, table)
+        F.embedding(borrowed, table)
+
+    error = _error_of(cell)
+    assert error is not None and error.values == [6]  # the first that fired: own, after the write through NumPy
+
+
+def test_swapped_data_another_range_and_an_inference_tensor_are_checked_again() -> None:
+    small, large = torch.randn(5, 3), torch.randn(10, 3)
+    ids = torch.tensor([1, 7])
+
+    error = _error_of(lambda: (F.embedding(ids, large), F.embedding(ids, large), F.embedding(ids, small)))
+    assert error is not None and error.values == [7]  # valid for 10 rows, not for 5
+
+    swapped = torch.tensor([1, 2])
+
+    def swap() -> None:
+        F.embedding(swapped, small)
+        F.embedding(swapped, small)
+        swapped.data = torch.tensor([1, 9])  # no version bump: another data pointer
+        F.embedding(swapped, small)
+
+    error = _error_of(swap)
+    assert error is not None and error.values == [9]
+
+    with torch.inference_mode():
+        frozen = torch.tensor([1, 2])
+    before = KNOWN.skipped
+    assert _error_of(lambda: [F.embedding(frozen, small) for _ in range(3)]) is None
+    assert KNOWN.skipped == before  # no version counter: never kept
+
+
+@pytest.fixture
+def shell():
+    start_ipython()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "nb_cudaguard")
+    ip.run_cell("import torch\nimport torch.nn.functional as F\nlogits = torch.randn(4, 5)")
+    yield ip
+    ip.run_line_magic("cudaguard", "check off")
+    ip.run_line_magic("unload_ext", "nb_cudaguard")
+
+
+def test_the_cell_after_one_that_fired_fires_again_with_the_same_tensor(shell) -> None:
+    shell.run_cell("labels = torch.tensor([0, 5, 2, 1])\ngood = torch.tensor([0, 1, 2, 3])")
+    shell.run_line_magic("cudaguard", "check on")
+    step = "for _ in range(3):\n    F.cross_entropy(logits, good)\n    F.cross_entropy(logits, labels)"
+    for _ in range(2):
+        err = shell.run_cell(step).error_in_exec
+        assert isinstance(err, FastCheckError) and (err.values, err.variable) == ([5], "labels")
+    before = KNOWN.skipped
+    assert shell.run_cell("for _ in range(3):\n    F.cross_entropy(logits, good)").error_in_exec is None
+    assert shell.run_cell("F.cross_entropy(logits, good)").error_in_exec is None
+    assert KNOWN.skipped - before == 2  # after a clean cell, its verdict holds in the next
