@@ -160,9 +160,12 @@ def test_ipython_shows_the_error_without_the_simulations_frames(shell, capsys):
     capsys.readouterr()
     result = shell.run_cell("out = emb(ids)", store_history=True)
     assert "device-side assert triggered" in str(result.error_in_exec)
-    shown = _ANSI.sub("", capsys.readouterr().out)
-    assert "Traceback" in shown and "functional.py" in shown  # ends in torch's frame, as on a GPU
+    shown = _ANSI.sub("", capsys.readouterr().out)  # the compact traceback: the user's frames (incident.compact)
+    assert "Traceback" in shown and "out = emb(ids)" in shown
     assert "nb_cudaguard/testing" not in shown and "skipping hidden" not in shown
+    shell.run_line_magic("tb", "")  # the whole one ends in torch's frame, as on a GPU
+    whole = _ANSI.sub("", capsys.readouterr().out)
+    assert "functional.py" in whole and "nb_cudaguard/testing" not in whole and "skipping hidden" not in whole
     # an error CUDA raises on the host (a host op) passes through the simulation too: shown the same way
     shell.run_cell("torch.zeros(2, device='cuda') + torch.zeros(3, device='cuda')", store_history=True)
     assert "nb_cudaguard/testing" not in _ANSI.sub("", capsys.readouterr().out)
