@@ -42,6 +42,7 @@ def shell():
 
     start_ipython()  # IPython's own test shell, once per process; every shell fixture shares it
     ip = InteractiveShell.instance()
+    ip.reset(new_session=False)  # also at the start: test modules with a shell fixture of their own may not reset it
     ip.run_line_magic("load_ext", "nb_cudaguard")
     yield ip
     ip.run_line_magic("unload_ext", "nb_cudaguard")
