@@ -8,8 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
 from nb_cudaguard import CudaCheckError, get_guard  # noqa: E402
 from nb_cudaguard.check.fast.board import BOARD  # noqa: E402
@@ -18,15 +16,12 @@ from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 
 
 @pytest.fixture
-def shell():
-    start_ipython()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "nb_cudaguard")
-    ip.run_cell("import torch\nimport torch.nn.functional as F\ntorch.manual_seed(0)\nlogits = torch.randn(4, 5)")
-    ip.run_cell("labels = torch.tensor([0, 5, 2, 1])")
-    yield ip
-    ip.run_line_magic("cudaguard", "check off")
-    ip.run_line_magic("unload_ext", "nb_cudaguard")
+def shell(shell):
+    """The shared shell (tests/conftest.py: a fresh namespace, the extension loaded), with a few tensors."""
+    shell.run_cell("import torch\nimport torch.nn.functional as F\ntorch.manual_seed(0)\nlogits = torch.randn(4, 5)")
+    shell.run_cell("labels = torch.tensor([0, 5, 2, 1])")
+    yield shell
+    shell.run_line_magic("cudaguard", "check off")
 
 
 def _stack():

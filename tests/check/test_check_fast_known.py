@@ -13,8 +13,6 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 F = torch.nn.functional
 
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
 
 from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 from nb_cudaguard.check.fast.known import KNOWN  # noqa: E402
@@ -130,14 +128,11 @@ def test_swapped_data_another_range_and_an_inference_tensor_are_checked_again() 
 
 
 @pytest.fixture
-def shell():
-    start_ipython()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "nb_cudaguard")
-    ip.run_cell("import torch\nimport torch.nn.functional as F\nlogits = torch.randn(4, 5)")
-    yield ip
-    ip.run_line_magic("cudaguard", "check off")
-    ip.run_line_magic("unload_ext", "nb_cudaguard")
+def shell(shell):
+    """The shared shell (tests/conftest.py: a fresh namespace, the extension loaded), with a few tensors."""
+    shell.run_cell("import torch\nimport torch.nn.functional as F\nlogits = torch.randn(4, 5)")
+    yield shell
+    shell.run_line_magic("cudaguard", "check off")
 
 
 def test_the_cell_after_one_that_fired_fires_again_with_the_same_tensor(shell) -> None:
