@@ -68,13 +68,8 @@ class HeldAttributes:
         return len(self.pickle) + sum(int(t.numel() * t.element_size()) for t in self.tensors)
 
     def content(self) -> dict[str, Any]:
-        return {
-            "names": self.names,
-            "pickle": self.pickle,
-            "tensors": self.tensors,
-            "devices": self.devices,
-            "parameters": self.parameters,
-        }
+        """Its fields but the name, plain data that ``torch.load(weights_only=True)`` reads back."""
+        return {field: value for field, value in vars(self).items() if field != "top"}
 
 
 class Attributes:
@@ -93,9 +88,9 @@ class Attributes:
             if obj is None or before is None or before[0] != id(obj):
                 continue  # built by this very cell: the replay runs it
             changed = {name for name, value in vars(obj).items() if before[1].get(name) != id(value)}
-            if changed and top not in self.set_by_calls:
-                self._before[top] = self._reach.get(top, {})
             if changed:
+                if top not in self.set_by_calls:  # the first such call since the last snapshot
+                    self._before[top] = self._reach.get(top, {})
                 self.set_by_calls.setdefault(top, set()).update(changed)
         plain = {
             name: value for name, value in list(namespace.items()) if not name.startswith("_") and plain_object(value)
