@@ -127,6 +127,20 @@ def test_swapped_data_another_range_and_an_inference_tensor_are_checked_again() 
     assert KNOWN.skipped == before  # no version counter: never kept
 
 
+def test_new_batches_at_the_addresses_of_freed_ones_are_new_to_it() -> None:
+    """A loader's next batch is a new tensor object, often made where a freed one was (once the checks that held it
+    were folded): it is not taken for the tensor checked there before, or it would be reused a check too early."""
+    table = torch.randn(10, 3)
+
+    def steps() -> None:
+        for step in range(400):  # 800 checks: the held ones folded, and their tensors freed, every 256
+            batch = torch.tensor([step % 10, 1])
+            F.embedding(batch, table)  # checked: noted
+            F.embedding(batch, table)  # checked again: kept, not reused (its first check was not the same tensor's)
+
+    assert _reused(steps) == 0
+
+
 @pytest.fixture
 def shell(shell):
     """The shared shell (tests/conftest.py: a fresh namespace, the extension loaded), with a few tensors."""

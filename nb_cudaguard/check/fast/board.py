@@ -124,19 +124,27 @@ class Board:
         return found
 
     def hold_ne(self, site: int, x, safe) -> bool:
-        """Hold ``safe != x`` as ``x``'s verdict, written straight into its device's mask buffer (one op, no
-        allocation): its fold waits, in call order (so the first firing still sticks). False where it cannot wait
-        (nothing done then). The hot path of every index check: one method, nothing it can skip."""
+        """Hold ``safe != x`` as the verdict of ``x``, an integer tensor (so it needs no ``detach``), written straight
+        into its device's mask buffer (one op, no allocation): its fold waits, in call order (so the first firing
+        still sticks). False where it cannot wait (nothing done then). The hot path of every index check: on a new
+        batch it runs cold, after the step's own work, where each tensor attribute read costs about 2 µs
+        (docs/performance.md), so it reads four: an inference tensor is told by its version counter's refusal."""
         n = x.numel()
-        if n > HOLD_ELEMENTS or x.is_inference() or (x.is_cuda and _capturing()):
+        if n > HOLD_ELEMENTS:
+            return False
+        try:
+            version = x._version
+        except RuntimeError:  # made under torch.inference_mode: no version counter to see an in-place change by
             return False
         device = x.device
+        if device.type == "cuda" and _capturing():
+            return False
         buffer = self._buffers.get(device) or self._buffer(device)
         if buffer.used + n > HOLD_ELEMENTS or len(self._waiting) >= HOLD_ENTRIES:
             self._fold_all(self._take())  # mid-cell: a buffer or the list is full
         _ne(safe, x, out=buffer.slot(x.shape, n))
         self.checks += 1
-        self._waiting.append((site, x.detach() if x.requires_grad else x, n, device, x._version))
+        self._waiting.append((site, x, n, device, version))
         return True
 
     def defer(self, site: int, x, bad) -> None:

@@ -12,20 +12,43 @@ import math
 import torch
 
 from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
-from nb_cudaguard.check.fast.casts import check_cast
-from nb_cudaguard.check.fast.rules import index_in_range, integral, known_safe, plain, selection_fits
+from nb_cudaguard.check.fast.casts import CASTS, check_cast
+from nb_cudaguard.check.fast.known import KNOWN
+from nb_cudaguard.check.fast.rules import compiling, eager_index, index_in_range, integral, plain, selection_fits
+from nb_cudaguard.check.fast.sites import SITES, compiled_site
+from nb_cudaguard.check.ops_embedding import embedding_refine
 from nb_cudaguard.check.ops_index import one_hot_labels
 
 
-def checked_index(label: str, argument: str, family: str, index, low: int, high: int, source: str, fix=None):
-    """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range;
-    neither again for the same unchanged index and range (``known_safe``)."""
-    known = known_safe(index, low, high)
+def checked_index(
+    label: str,
+    argument: str,
+    family: str,
+    index,
+    low: int,
+    high: int,
+    source: str,
+    fix: str | None = None,
+    *,
+    ignore: int | None = None,
+    table=None,
+):
+    """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range
+    (``ignore``: a loss's ignore_index, kept); neither again for the same unchanged index and range (``fast.known``).
+    ``table``: an embedding's weight, whose owner refines the family at the site's first call. Whether Dynamo is
+    tracing is asked once: a fresh batch's check runs cold (the step's own work has evicted the caches), so every
+    call on its path costs a few µs (docs/performance.md)."""
+    if compiling():
+        return index_in_range(compiled_site(label, argument, family, source, fix), index, low, high, ignore)
+    known = KNOWN.safe(index, low, high, ignore)
     if known is not None:
         return known
-    check_cast(label, argument, index)
-    site = site_of(label, argument, family, index, (low, high), source, fix)
-    return index_in_range(site, index, low, high)
+    if CASTS._by_id:
+        check_cast(label, argument, index)
+    refine = embedding_refine(table) if table is not None else None
+    valid = (low, high) if ignore is None else (low, high, ignore)
+    site = SITES.here((label, argument, family, valid, source), index, refine, fix)
+    return eager_index(site, index, low, high, ignore)
 
 
 def _size(t, dim: int) -> int:

@@ -51,21 +51,21 @@ def integral(t) -> bool:
     return plain(t) and t.dtype in _INTEGER_DTYPES
 
 
-def known_safe(x, low: int, high: int, ignore: int | None = None):
-    """What the same check of the same unchanged ``x`` gave before (``fast.known``), or None: then the caller checks
-    it (``index_in_range``). Eager only."""
-    return None if compiling() else KNOWN.safe(x, low, high, ignore)
-
-
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
-    """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept. In
-    eager mode the safe values are remembered for the same check of the same unchanged ``x`` (``known_safe``)."""
+    """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
+    if not compiling():
+        return eager_index(site, x, low, high, ignore)
     safe = x.clamp(low, high - 1)
-    if compiling():
-        if ignore is not None and not low <= ignore < high:
-            safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
-        fold(site, x.detach(), safe.ne(x))
-        return safe
+    if ignore is not None and not low <= ignore < high:
+        safe = torch.where(x.eq(ignore), x, safe)  # an ignored target stays as it is
+    fold(site, x.detach(), safe.ne(x))
+    return safe
+
+
+def eager_index(site: int, x, low: int, high: int, ignore: int | None = None):
+    """``index_in_range`` in eager mode (the caller knows Dynamo is not tracing): the safe values are remembered
+    for the same check of the same unchanged ``x`` (``fast.known``)."""
+    safe = x.clamp(low, high - 1)
     if ignore is not None and not low <= ignore < high:
         if x.dtype == torch.int64:  # in place, no allocation: ``safe`` is the clamp's own new tensor
             safe.masked_fill_(x.eq(ignore), ignore)
