@@ -131,9 +131,19 @@ def _safe_key(label: str, t, items) -> tuple | None:
 
 
 def getitem(label: str, args: tuple, kwargs: dict) -> Args:
-    """``x[key]`` and ``x[key] = value``: basic keys (ints, slices) cost one type test and nothing else."""
+    """``x[key]`` and ``x[key] = value``: basic keys (ints, slices, or a tuple of them: ``x[:, -1]``) cost a type
+    test per item and nothing else (the tuple's was 5 µs before it had this way out, measured warm)."""
     t, key = args[0], args[1]
-    if type(key) in (int, slice) or key is None or not plain(t):
+    kind = type(key)
+    if kind is int or kind is slice or key is None:
+        return args, kwargs
+    if kind is tuple:
+        for item in key:
+            if isinstance(item, torch.Tensor):
+                break
+        else:
+            return args, kwargs
+    if not plain(t):
         return args, kwargs
     items = _key_items(key)
     safe = _safe_key(label, t, items)
