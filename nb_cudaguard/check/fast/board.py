@@ -172,7 +172,8 @@ class Board:
 
     def _take(self) -> list[tuple[int, Any, int, Any, int]]:
         """The held checks, in call order; none are held after (their masks stay in the buffers until the next
-        check writes there)."""
+        check writes there), so the tensors ``fast.known`` noted while they were held may now be freed."""
+        KNOWN.released()
         waiting, self._waiting = self._waiting, []
         for buffer in self._buffers.values():
             buffer.used = 0

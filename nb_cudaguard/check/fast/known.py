@@ -30,7 +30,8 @@ import torch
 
 LIMIT = 16  # entries kept; a new one past it drops the oldest
 ELEMENTS = 1 << 16  # larger tensors are not kept: each entry holds its safe values
-SEEN = 1024  # tensors checked once, remembered by a weak reference only
+SEEN = 1024  # tensors checked once, remembered by identity only
+_HELD = object()  # noted as seen while the board holds the tensor: its id cannot be another's until then
 _STRIDED = torch.strided  # a sparse index has no storage to compare
 
 
@@ -39,22 +40,26 @@ class Known:
 
     A tensor is kept the second time it is checked, not the first: a loader gives a new batch every step, which is
     never checked again, and keeping it (its geometry, a weak reference) would cost every step for nothing; the first
-    time, only a weak reference to it is noted (``_seen``, by id). Not its id alone: the last step's batch is freed
-    when the next one is made, and the new tensor object then takes the freed one's address, so nearly every new
-    batch would look seen before, be kept, and be looked up in vain at its next check (measured in a loop of new
-    batches: 156 of 160 checks, about 15 µs each on the cold path of a check).
+    time, only that it was seen is noted (``_seen``, by id). By id alone while the board holds the tensor (its check
+    waits to be folded, so the tensor is alive and its id is its own): a marker, which costs nothing to make. When
+    the board lets go (:meth:`released`), the marks become weak references: the last step's batch is then freed,
+    and the next batch, a new tensor object, is usually made at its address; by id alone, 156 of 160 new batches
+    of a long loop were taken for the last one, kept, and looked up in vain at their next check (about 15 µs a
+    check on its cold path), while a weak reference made at every check cost about as much in short cells.
     """
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, tuple[Any, int, int, Any]] = {}
         self._owners: dict[int, int] = {}  # id of a kept base -> its entries
-        self._seen: dict[int, Any] = {}  # id of a base checked once -> a weak reference to it
+        self._seen: dict[int, Any] = {}  # id of a base checked once -> _HELD, or a weak reference to it
+        self._marked: list[Any] = []  # the bases noted _HELD, to be given weak references when the board lets go
         self.skipped = 0  # checks found here since the process started (the benchmarks read it)
 
     def clear(self) -> None:
         self._by_key.clear()
         self._owners.clear()
         self._seen.clear()
+        self._marked.clear()
 
     def safe(self, x, low: int, high: int, ignore: int | None) -> Any:
         """The safe values the same check of the same unchanged ``x`` made, or None (at once when nothing is kept:
@@ -77,7 +82,18 @@ class Known:
         self.skipped += 1
         return entry[3]
 
-    def remember(self, x, low: int, high: int, ignore: int | None, safe) -> None:
+    def released(self) -> None:
+        """The board let go of the checks it held: the tensors noted while it held them may now be freed, and their
+        ids taken by new tensors, so each mark becomes a weak reference (one per tensor seen once, made here, in a
+        batch, not on each check's path)."""
+        seen = self._seen
+        for owner in self._marked:
+            number = id(owner)
+            if seen.get(number) is _HELD:
+                seen[number] = weakref.ref(owner)
+        self._marked.clear()
+
+    def remember(self, x, low: int, high: int, ignore: int | None, safe, held: bool = False) -> None:
         """Keep ``safe`` as the check of ``x`` against this range, if ``x`` was checked before (small strided
         tensors with a version counter). Whose memory it is, is asked when it is found again (:meth:`safe`), not
         here: asking makes a Python object for the tensor's storage, which then costs about 10 µs when the tensor is
@@ -86,10 +102,15 @@ class Known:
         owner = x if base is None else base
         number = id(owner)
         seen = self._seen.get(number)
-        if seen is None or seen() is not owner:
+        if seen is None or (seen is not _HELD and seen() is not owner):
             if len(self._seen) >= SEEN:
                 self._seen.clear()
-            self._seen[number] = weakref.ref(owner)
+                self._marked.clear()
+            if held:
+                self._seen[number] = _HELD
+                self._marked.append(owner)
+            else:
+                self._seen[number] = weakref.ref(owner)
             return
         if x.layout is not _STRIDED or x.numel() > ELEMENTS or x.is_inference():
             return

@@ -71,9 +71,10 @@ def eager_index(site: int, x, low: int, high: int, ignore: int | None = None):
             safe.masked_fill_(x.eq(ignore), ignore)
         else:  # a narrower dtype may not hold ``ignore``; the op then raises its own dtype error, not ours
             safe = torch.where(x.eq(ignore), x, safe)
-    if not BOARD.hold_ne(site, x, safe):  # inline: the hot path of every index check
+    held = BOARD.hold_ne(site, x, safe)  # inline: the hot path of every index check
+    if not held:
         BOARD.defer(site, x, safe.ne(x))
-    KNOWN.remember(x, low, high, ignore, safe)
+    KNOWN.remember(x, low, high, ignore, safe, held)
     return safe
 
 
