@@ -123,8 +123,11 @@ _TORCH_CUDA_HINT = re.compile(
 )
 
 
-def match_error_texts(text: str) -> list[ErrorText]:
-    return [entry for entry in ERROR_TEXTS if entry.pattern.search(text)]
+@lru_cache(maxsize=4)
+def match_error_texts(text: str) -> tuple[ErrorText, ...]:
+    """The known texts in ``text``. Cached: one report asks it of the same kept output (up to
+    ``CudaGuard.capture_limit`` characters) four times, and each ask is a pass of every pattern over it."""
+    return tuple(entry for entry in ERROR_TEXTS if entry.pattern.search(text))
 
 
 def is_cuda_text(text: str) -> bool:

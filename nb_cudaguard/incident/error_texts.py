@@ -171,7 +171,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ),
     _t(
         "thrust_synchronize",
-        r"\w+ failed to synchronize",
+        r"\b\w+ failed to synchronize",
         "other",
         True,
         "A thrust algorithm (copy_if behind nonzero/masked_select, reduce, sort) found the device failed while it "
@@ -360,7 +360,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
         r"|Expected tensor for argument #\d+ 'indices' to have one of the following scalar types"
         r"|tensors used as indices must be long, (?:int, )?byte or bool tensors"
         # gather/scatter/index_select's own index check (2.x) and one_hot's (Onehot.cpp)
-        r"|\w+\(\): Expected dtype int(?:32 or int)?64 for index|one_hot is only applicable to index tensor"
+        r"|\b\w+\(\): Expected dtype int(?:32 or int)?64 for index|one_hot is only applicable to index tensor"
         # 1.0 to 1.5: checkScalarType and the legacy bindings' argument check
         r"|Expected tensor for argument #\d+ '\w+' to have scalar type (?:Long|Int); but got \S*(?:Float|Double|Half)"
         r"|Expected object of scalar type Long but got scalar type (?:Float|Double|Half|Int|Short|Byte|Char)"
