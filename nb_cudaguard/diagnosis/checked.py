@@ -136,7 +136,7 @@ def _carried(label: str, read: Diagnosis, later: Diagnosis) -> Diagnosis:
         if cause.family not in {c.family for c in causes}:
             causes.append(replace(cause, confidence=min(cause.confidence, left)))
     note = (
-        f"Read by the check when {label} ran under %%cudacheck: this run's values are on the poisoned device and "
-        "cannot be read, and the same code failed the same way."
+        f"Read by the check that stopped this code's op in cell {label}: this run's values are on the poisoned "
+        "device and cannot be read, and the same code failed the same way."
     )
     return Diagnosis(causes=causes, notes=[note, *(n for n in later.notes if n not in read.notes)])

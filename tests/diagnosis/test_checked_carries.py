@@ -42,7 +42,22 @@ def test_the_report_of_a_cell_the_check_read_says_what_it_read(shell):
     assert (top.family, top.variable) == (read.family, "y"), report.diagnosis.causes
     guard = next(e for e in top.evidence if e.kind == "guard")
     assert guard.values == [5, 6, 7] and top.confidence >= 0.9
-    assert any("%%cudacheck" in note for note in report.diagnosis.notes), report.diagnosis.notes
+    assert any("Read by the check" in note for note in report.diagnosis.notes), report.diagnosis.notes
+
+
+def test_the_report_of_a_cell_a_fast_check_fired_in_says_what_it_read(shell):
+    from nb_cudaguard import testing
+    from nb_cudaguard.check.fast.error import FastCheckError
+
+    assert shell.run_cell(SETUP + "\n%cudaguard check on").error_in_exec is None
+    fired = shell.run_cell(FAILING).error_in_exec
+    assert isinstance(fired, FastCheckError) and not testing.is_poisoned()
+    shell.run_line_magic("cudaguard", "check off")
+    shell.run_cell(FAILING)  # the checks off: the kernel asserts
+    assert testing.is_poisoned()
+    _, top = _top(shell)
+    read = next(e for e in top.evidence if e.kind == "guard")  # the fast check reads the first offending value
+    assert top.variable == "y" and read.values and set(read.values) <= {5, 6, 7}, top.evidence
 
 
 def test_a_changed_cell_is_not_answered_by_what_the_check_read_in_another(shell):
