@@ -35,6 +35,11 @@ _LINE_START = re.compile(  # \A: matched at a line's start only (a scan would be
 # are joined up to ``failed``, however wide the lines.
 _OPEN_ASSERTION = re.compile(r"Assertion [`'](?!.*failed)")
 _ASSERTION_PIECES = 4
+# What no piece of a condition starts with: the exception's line, a traceback, the next device line. An assertion
+# line cut short at its end (a clipped column) is followed by one of these, which stays a line of its own.
+_NOT_A_PIECE = re.compile(  # \A: matched at a line's start only
+    r"\A(?:[A-Za-z_][\w.]*(?:Error|Exception):|Traceback \(|\S+\.(?:cuh?|hip):\d+: |CUDA kernel errors)"
+)
 # A source path is never broken by whoever printed it: a long line that ends inside one (its last word holds a
 # ``/``) and a next line that finishes it (a file name with a source extension, no indent) are one line, even where
 # no second line of the terminal's width shows where it breaks (``... at /pytorch/aten/src/THC/generi`` and
@@ -101,7 +106,7 @@ def _assertions_whole(lines: list[str]) -> list[str]:
     for line in lines:
         if pieces and not line.strip():
             continue
-        if pieces:
+        if pieces and not _NOT_A_PIECE.match(line.lstrip()):
             joined[-1] += line
             pieces = 0 if "failed" in line else pieces - 1
             continue
