@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from IPython.core.magic import Magics
 
     from nb_cudaguard.diagnosis.causes import Diagnosis
+    from nb_cudaguard.diagnosis.checked import ReadByChecks
     from nb_cudaguard.panel.report import Report
     from nb_cudaguard.panel.rerun import FiredCell
     from nb_cudaguard.relaunch.outcome import ReplayOutcome
@@ -77,6 +78,7 @@ class CudaGuard(Configurable):
         self.capture = OutputCapture(self.capture_limit) if self.capture_output else None
         self.incidents: list[Incident] = []
         self.last_report: Report | None = None
+        self.read_by_checks: ReadByChecks | None = None  # what checks read, for the later reports of their cells
         # the report of the failure that poisoned this process's context: a poisoned context stays poisoned until
         # the process ends, so every later CUDA failure in it is that failure's sticky error, reported as its own
         self.poisoned_by: Report | None = None
@@ -289,7 +291,7 @@ class CudaGuard(Configurable):
             cell_filenames=dict(cell_filenames(self.shell)),
             namespace=self.shell.user_ns,
         )
-        from nb_cudaguard.diagnosis import diagnose  # the diagnosis and report are needed only after a failure
+        from nb_cudaguard.diagnosis import checked, diagnose  # the diagnosis and report: only after a failure
         from nb_cudaguard.panel.report import Report
 
         origin = self.poisoned_by
@@ -297,7 +299,8 @@ class CudaGuard(Configurable):
             # the sticky error of a context an earlier cell poisoned: the same incident, reported as that cell's
             report = Report(incident, origin.diagnosis, origin=origin)
         else:
-            report = Report(incident, diagnose(incident, journal=self.journal))
+            self.read_by_checks = self.read_by_checks or checked.ReadByChecks()
+            report = Report(incident, self.read_by_checks.after(incident, diagnose(incident, journal=self.journal)))
             record.cuda = incident.is_cuda  # the failure a restart rebuilds for (replay.plan.failing_cell)
             if incident.classification == "poisoned":
                 self.poisoned_by = report
@@ -325,10 +328,8 @@ class CudaGuard(Configurable):
             show_choices(self, self.last_fired)
 
     def _fired_before_error(self, error: BaseException) -> None:
-        """A fast check fired in a cell that then raised its own error (read after this hook saw that error): the
-        same choices as for a check that fires at the cell's end, under the cell's own error."""
-        record = self.journal.last
-        if record is not None:
+        """A fast check fired in a cell that then raised its own error: the choices of one firing at the cell's end."""
+        if (record := self.journal.last) is not None:
             self._offer_choices(record, error)
 
     def _rebuild_cells(self, names: list[str]) -> list[tuple[str, list[str]]]:

@@ -338,6 +338,19 @@ def main() -> None:
         "  supports the index families. The catalog reads `vectorized_gather_kernel` (recent releases) as the",
         "  embedding group: index_select with more than 16 ids, nn.Embedding's forward, runs there.",
         "",
+        "Never empty for an error we know (issue 31 point 3; `tests/diagnosis/test_known_errors.py`). Every device",
+        "assertion of the catalog gets at least its group printed whole, without its `file.cu:NNN:` prefix, cut",
+        "short at its start (completed from the catalog where the tail names one family) or at its end (no closing",
+        "backtick, no `failed`: read by its kernel, the known condition it starts, or its file; `catalog.py`), and",
+        "in the two-line form of `CUDA_KERNEL_ASSERT_PRINTF`. Every CUDA error string of the reference's table, the",
+        "driver's error names, the lines PyTorch adds under any CUDA error (`TORCH_USE_CUDA_DSA`) and a CUDA",
+        "failure carried by another layer (c10::CUDAError, HIP, NCCL) get the usual causes, marked as a prior.",
+        "The host-side checks of our families (`incident/host_texts.py`: out-of-range targets, `index out of range",
+        "in self`, multinomial's probabilities, with or without their backticks, the index and label dtype checks",
+        "of every indexing op and loss, 1.x and 2.x) get their family; the test raises them with this torch's own",
+        "ops, not typed texts. An op outside our families that says what failed (bernoulli's `p`, repeats,",
+        "bincount, max_unpool, `_assert_async`) gets `other`, no label's cause by how often labels fail.",
+        "",
     ]
     scored = corpus_score.scored_corpus()
     lines[2:2] = calibration_section(scored)

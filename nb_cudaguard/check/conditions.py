@@ -53,6 +53,8 @@ class Condition:
     refine: Callable[[Condition, Any], None] | None = None  # names the range's owner once a failure is known
     classify: Callable[[list[float]], str] | None = None  # picks the family from the stats (negative vs too large)
     shown: Callable[[], Any] | None = None  # the tensor whose values to show, when not ``tensor`` itself
+    # failure path only: ``problem`` in the words of what the offending elements were, as read (``read_kinds``)
+    worded: Callable[[], str] | None = None
 
     def offenders(self) -> Offenders:
         shown = self.shown() if self.shown is not None else None
@@ -158,6 +160,7 @@ def probabilities_in_unit_interval(
             valid_range="[0, 1]",
             range_source=range_source,
             fix=fix,
+            worded=lambda: read_kinds(t[~((t >= 0) & (t <= 1))], "outside [0, 1]", above=1.0),
         )
     ]
 
@@ -181,8 +184,21 @@ def non_negative(
             valid_range=">= 0",
             range_source=range_source,
             fix=fix,
+            worded=(lambda: read_kinds(t[~(t >= 0)], "that are not >= 0")) if floating else None,
         )
     ]
+
+
+def read_kinds(bad, what: str, *, above: float | None = None) -> str:
+    """``has 3 value(s) <what> (2 negative, 1 NaN)``: how many of the offending elements ``bad`` (a float tensor)
+    were NaN, infinite, negative or above ``above``, naming only the kinds read: a report over negative
+    probabilities says nothing of NaN (issue 31)."""
+    finite = torch.isfinite(bad)
+    kinds = [("NaN", torch.isnan(bad)), ("inf", torch.isinf(bad)), ("negative", finite & (bad < 0))]
+    if above is not None:
+        kinds.append((f"above {above:g}", finite & (bad > above)))
+    said = [f"{int(found.sum())} {word}" for word, found in kinds if bool(found.any())]
+    return f"has {bad.numel()} value(s) {what} ({', '.join(said)})"
 
 
 def offsets_out_of_order(offsets, limit: int):

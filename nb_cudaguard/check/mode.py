@@ -189,6 +189,8 @@ class CudaCheckMode(TorchDispatchMode):
                 condition.refine(condition, names)
             with probe.internal_use():
                 mark_nan_cast(condition)  # last: a NaN cast says more than which table the index missed
+                if condition.worded is not None:  # said as read: no NaN named where none was found
+                    condition.problem = condition.worded()
             values, positions, count = found.values, found.positions, found.count
         except Exception as exc:  # the details are a courtesy; the error itself must still be raised
             self.notice(f"could not list the offending values ({type(exc).__name__}: {exc}).")

@@ -15,6 +15,7 @@ from nb_cudaguard.check.conditions import (
     minmax,
     non_negative,
     probabilities_in_unit_interval,
+    read_kinds,
     usable,
 )
 
@@ -45,10 +46,19 @@ def check_multinomial(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:
             passes=lambda s: s[0] >= 0 and s[1] < math.inf and s[2] > 0 and s[3] < math.inf,
             bad_mask=bad_mask,
             problem="has {count} NaN, inf or negative value(s), or rows that sum to 0",
+            worded=lambda: _multinomial_read(probs, rows),
             valid_range="finite, >= 0, each row summing to > 0",
             range_source="torch.multinomial",
         )
     ]
+
+
+def _multinomial_read(probs, rows) -> str:
+    """What the probabilities held, as read: the kinds of bad entry found, else the rows that sum to 0."""
+    bad = probs[~(torch.isfinite(probs) & (probs >= 0))]
+    if bad.numel():
+        return read_kinds(bad, "that are not finite and >= 0")
+    return f"has {int((rows <= 0).sum())} row(s) that sum to 0"
 
 
 def check_bernoulli(mode: CastTracker, a: dict[str, Any]) -> list[Condition]:

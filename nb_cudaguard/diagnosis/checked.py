@@ -19,10 +19,12 @@ the variable when the check's is not one in the user's namespace.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, cause_from_check
 from nb_cudaguard.errors import CudaCheckError
 from nb_cudaguard.families import group_of
+from nb_cudaguard.incident.incident import Incident
 
 # What the workspace may narrow a checked family to: the family the op's values show, into the cause behind them.
 NARROWS = {
@@ -87,3 +89,54 @@ def _in_namespace(variable: str | None, namespace: dict | None) -> bool:
         return False
     root = _ROOT.match(variable)
     return root is not None and root.group(0) in namespace
+
+
+_VALUES = ("guard", "tensor")  # evidence that read the values themselves
+_CHECK_MAGIC = re.compile(r"\A\s*%%cudacheck[^\n]*\n")
+
+
+class ReadByChecks:
+    """What a check read, for the reports that follow (issue 31 point 4: a pin beats both evidence and a prior).
+
+    A check (``%%cudacheck``, a fired fast check) stops an op and reads the values it received; the same cell run
+    again without it poisons the context, and that run's device values can no longer be read. Its report then says
+    what the check read in that cell (same code, the error of the same group, nothing read in this run), not the
+    prior's ranking: the values beat a guess. A cell changed since, or a run whose own values were read, keeps its
+    own diagnosis."""
+
+    def __init__(self) -> None:
+        self._by_code: dict[str, tuple[str, Diagnosis]] = {}  # the cell's code -> its label, the check's diagnosis
+
+    def after(self, incident: Incident, diagnosis: Diagnosis) -> Diagnosis:
+        """``diagnosis`` of ``incident``, or the check's of the same cell in its place; remembers a check's."""
+        cell = incident.cell
+        if cell is None:
+            return diagnosis
+        code = _CHECK_MAGIC.sub("", cell.source).strip()
+        if isinstance(incident.exception, CudaCheckError):
+            if diagnosis.causes:
+                self._by_code[code] = (cell.label, diagnosis)
+            return diagnosis
+        found = self._by_code.get(code)
+        top = diagnosis.top
+        if found is None or (top is not None and any(e.kind in _VALUES and e.values for e in top.evidence)):
+            return diagnosis
+        label, read = found
+        if top is not None and group_of(top.family) != group_of(read.causes[0].family):
+            return diagnosis
+        return _carried(label, read, diagnosis)
+
+
+def _carried(label: str, read: Diagnosis, later: Diagnosis) -> Diagnosis:
+    """The check's causes first, the later run's other causes after them in what the first leaves."""
+    first = read.causes[0]
+    causes = [replace(c, evidence=list(c.evidence)) for c in read.causes]
+    left = max(0.0, 1.0 - first.confidence)
+    for cause in later.causes:
+        if cause.family not in {c.family for c in causes}:
+            causes.append(replace(cause, confidence=min(cause.confidence, left)))
+    note = (
+        f"Read by the check that stopped this code's op in cell {label}: this run's values are on the poisoned "
+        "device and cannot be read, and the same code failed the same way."
+    )
+    return Diagnosis(causes=causes, notes=[note, *(n for n in later.notes if n not in read.notes)])

@@ -27,14 +27,19 @@ _QUOTE_LEVELS = 4
 # least two lines exactly as long as the longest) and the next piece does not start a line of its own.
 _MIN_WIDTH = 60
 _MIN_BROKEN = 2
-_LINE_START = re.compile(
-    r"\s|$|(\.{0,2}|…)/|[A-Za-z]:\\|block: \[|THCudaCheck|File |Traceback |During handling|The above exception"
-    r"|[A-Za-z_][\w.]*(Error|Exception|Warning)\b|\[|frame #|Exception raised|terminate called|\d+%\||-+>|Cell In"
+_LINE_START = re.compile(  # \A: matched at a line's start only (a scan would be quadratic on long lines)
+    r"\A(?:\s|$|(\.{0,2}|…)/|[A-Za-z]:\\|block: \[|THCudaCheck|File |Traceback |During handling|The above exception"
+    r"|[A-Za-z_][\w.]*(Error|Exception|Warning)\b|\[|frame #|Exception raised|terminate called|\d+%\||-+>|Cell In)"
 )
 # A device assertion is one line (``... Assertion `cond` failed.``); broken anywhere after ``Assertion``, its pieces
 # are joined up to ``failed``, however wide the lines.
 _OPEN_ASSERTION = re.compile(r"Assertion [`'](?!.*failed)")
 _ASSERTION_PIECES = 4
+# What no piece of a condition starts with: the exception's line, a traceback, the next device line. An assertion
+# line cut short at its end (a clipped column) is followed by one of these, which stays a line of its own.
+_NOT_A_PIECE = re.compile(  # \A: matched at a line's start only
+    r"\A(?:[A-Za-z_][\w.]*(?:Error|Exception):|Traceback \(|\S+\.(?:cuh?|hip):\d+: |CUDA kernel errors)"
+)
 # A source path is never broken by whoever printed it: a long line that ends inside one (its last word holds a
 # ``/``) and a next line that finishes it (a file name with a source extension, no indent) are one line, even where
 # no second line of the terminal's width shows where it breaks (``... at /pytorch/aten/src/THC/generi`` and
@@ -43,7 +48,7 @@ _SOURCE_FILE = r"\.(?:cuh?|cpp|cc|c|h|hpp|py)"
 _OPEN_PATH = re.compile(rf"/(?![\w.+-]*{_SOURCE_FILE}$)[\w.+-]*$")  # the last word a path, its file not yet whole
 # The rest of the path: a file name's tail, or from a ``/`` a path that is the whole line (a line that goes on after
 # its path, as an assertion's does, is a line of its own).
-_PATH_END = re.compile(rf"[\w.+-]+(?:/[\w.+-]+)*{_SOURCE_FILE}\b|(?:/[\w.+-]+)+{_SOURCE_FILE}(?::\d+)?\s*$")
+_PATH_END = re.compile(rf"\A(?:[\w.+-]+(?:/[\w.+-]+)*{_SOURCE_FILE}\b|(?:/[\w.+-]+)+{_SOURCE_FILE}(?::\d+)?\s*$)")
 
 
 def unpasted(text: str) -> str:
@@ -101,7 +106,7 @@ def _assertions_whole(lines: list[str]) -> list[str]:
     for line in lines:
         if pieces and not line.strip():
             continue
-        if pieces:
+        if pieces and not _NOT_A_PIECE.match(line.lstrip()):
             joined[-1] += line
             pieces = 0 if "failed" in line else pieces - 1
             continue

@@ -13,13 +13,17 @@ from typing import Any
 
 # The printed device line (torch_cuda_errors.md, section g). Greedy on the condition: the multinomial
 # message itself contains backticks. ROCm/HIP prints ``Device-side assertion `cond' failed.``. A path never holds a
-# ``]``: a progress bar's ``5.51s/it]`` printed on the same line stays out of the file's name.
+# ``]``: a progress bar's ``5.51s/it]`` printed on the same line stays out of the file's name. The file starts where
+# such a run of characters starts (the lookbehind): the same matches, found in one pass over a long line instead of
+# a scan from every position of it.
+FILE_START = r"(?<![^\s:\]])"
 _ASSERT_LINE = re.compile(
-    r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): block: \[(?P<block>\d+,\s*\d+,\s*\d+)\],"
+    FILE_START + r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): block: \[(?P<block>\d+,\s*\d+,\s*\d+)\],"
     r" thread: \[(?P<thread>\d+,\s*\d+,\s*\d+)\] Assertion `(?P<condition>.*)` failed\."
 )
 _HIP_ASSERT_LINE = re.compile(
-    r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): Device-side assertion `(?P<condition>.*)' failed\."
+    FILE_START
+    + r"(?P<file>[^\s:\]]+?):(?P<line>\d+): (?P<kernel>.+?): Device-side assertion `(?P<condition>.*)' failed\."
 )
 
 

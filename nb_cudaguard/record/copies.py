@@ -7,7 +7,11 @@ made it for that one step. Guessed from the source, ``yb`` "came from" a dataset
 only the copy itself knows. So the two methods that copy to a device are wrapped: each copy from the host to a
 device is remembered, keyed by the device tensor, for as long as that device tensor lives. Whatever built the host
 tensor (``torch.cat`` of two sources, a permutation, indexing, stacking, a ``DataLoader`` over a ``TensorDataset``)
-is behind it: the values read are the very ones the device received.
+is behind it: the values read are the very ones the device received. The same ops made on the device after the
+copies (``torch.cat([a.to(device), b.to(device)])``, ``torch.stack``, ``labels[perm]``) are followed too: where
+every device input of one has a known host source, the op is made again on those sources, on the host, and its
+result is the device result's source. Only index-like results are followed (labels, ids: small, and what an
+assertion reads); an index on the device with no known source (``torch.randperm(n, device=...)``) ends the trail.
 
 The host source is held (a reference, no copy, no value read) only where an assertion can come from its values and
 the cost stays small: integer and bool tensors (labels, token ids, indices) of at most ``HELD_LIMIT`` elements,
@@ -30,6 +34,7 @@ from typing import Any
 HELD_LIMIT = 1 << 20  # elements of one host source held alive (a batch of labels or token ids is far smaller)
 HELD_BYTES = 256 << 20  # host memory held in all; past it, sources are held weakly
 _WRAPPED = ("to", "cuda")
+_FOLLOWED = ("cat", "stack")  # torch's functions whose device result is made again from the inputs' host sources
 
 
 @dataclass
@@ -104,6 +109,22 @@ class Copies:
         self._by_id[key] = Copy(ref, held, size if keep else 0, (result._version, source._version))
         self.held += size if keep else 0
 
+    def follow(self, result: Any, again: Any, inputs: list[Any]) -> None:
+        """``result`` was made on a device from ``inputs``: where each device input has a known host source, ``again``
+        (the same op, given the host tensor for each input) makes its host source. Index-like results only, of at
+        most ``HELD_LIMIT`` elements; nothing is read from the device."""
+        if not self._by_id or result.device.type == "cpu" or not _is_index_like(result) or result.numel() > HELD_LIMIT:
+            return
+        hosts = {}
+        for tensor in inputs:
+            if tensor.device.type != "cpu":
+                source = self.source_of(tensor)
+                if source is None:
+                    return
+                hosts[id(tensor)] = source
+        if hosts:
+            self.record(again(lambda t: hosts.get(id(t), t)), result)
+
     def _gone(self, key: int, _ref: weakref.ref) -> None:
         self._forget(key)
 
@@ -127,13 +148,20 @@ class Copies:
             original = getattr(torch.Tensor, name)
             self._originals[name] = original
             setattr(torch.Tensor, name, _wrap(self, original, torch))
+        for name in _FOLLOWED:
+            original = getattr(torch, name)
+            self._originals[f"torch.{name}"] = original
+            setattr(torch, name, _followed(self, original, torch))
+        self._originals["__getitem__"] = torch.Tensor.__getitem__
+        torch.Tensor.__getitem__ = _indexed(self, torch.Tensor.__getitem__, torch)
 
     def uninstall(self) -> None:
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _WhenImported)]
         torch = sys.modules.get("torch")
         for name, original in self._originals.items():
             if torch is not None:
-                setattr(torch.Tensor, name, original)
+                owner, _, attribute = name.rpartition(".")
+                setattr(torch if owner else torch.Tensor, attribute, original)
         self._originals.clear()
         self._by_id.clear()
         self.held = 0
@@ -202,6 +230,60 @@ def _wrap(copies: Copies, original: Any, torch: Any) -> Any:
     return copy_seen
 
 
+def _followed(copies: Copies, original: Any, torch: Any) -> Any:
+    """``torch.cat`` / ``torch.stack`` of device tensors, their result's host source made again from theirs."""
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    @functools.wraps(original)
+    def followed(tensors, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            result = original(tensors, *args, **kwargs)
+        except BaseException as error:
+            _hidden(error)
+            raise
+        if copies._by_id and isinstance(result, torch.Tensor) and _followable(result) and not compiling():
+            try:
+                inputs = list(tensors)
+                copies.follow(result, lambda host: original([host(t) for t in inputs], *args, **kwargs), inputs)
+            except Exception:  # following the values is a courtesy: the user's op has its result
+                pass
+        return result
+
+    return followed
+
+
+def _indexed(copies: Copies, original: Any, torch: Any) -> Any:
+    """``x[index]`` of a device tensor, its result's host source ``source[index]`` where the index's device tensors
+    have host sources too (an index on the host, a slice, an int need none)."""
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def indexed(self, index):
+        __tracebackhide__ = True
+        try:
+            result = original(self, index)
+        except BaseException as error:
+            _hidden(error)
+            raise
+        if copies._by_id and isinstance(result, torch.Tensor) and _followable(result) and not compiling():
+            try:
+                parts = index if isinstance(index, tuple) else (index,)
+                inputs = [self, *(p for p in parts if isinstance(p, torch.Tensor))]
+
+                def again(host):
+                    made = tuple(host(p) if isinstance(p, torch.Tensor) else p for p in parts)
+                    return original(host(self), made if isinstance(index, tuple) else made[0])
+
+                copies.follow(result, again, inputs)
+            except Exception:  # as above
+                pass
+        return result
+
+    indexed.__name__ = indexed.__qualname__ = "__getitem__"
+    indexed.__wrapped__ = original  # type: ignore[attr-defined]
+    return indexed
+
+
 def _hidden(error: BaseException) -> None:
     """Show ``error`` as torch raised it, without this wrapper's frame: IPython hides a ``__tracebackhide__`` frame
     except the last one, and here it is the last (``.to`` is C code). An error with a display of its own keeps it."""
@@ -227,6 +309,12 @@ def _render(error: BaseException) -> list[str]:
         lines: list[str] = formatter.structured_traceback(type(error), error, chain)
         return lines
     return traceback.format_exception(type(error), error, chain)
+
+
+def _followable(result: Any) -> bool:
+    """A device result whose source is worth making again: index-like (an activation, the common case, is let go
+    after these two attribute reads)."""
+    return not result.is_cpu and _is_index_like(result)
 
 
 def _is_index_like(tensor: Any) -> bool:

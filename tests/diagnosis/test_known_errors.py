@@ -196,3 +196,119 @@ def test_every_host_side_text_of_our_families_gets_its_family(text):
     diagnosis = _explain(f"{TRACEBACK}{text}\n")
     _leads_with(diagnosis, HOST_TEXTS[text])
     _prior_marked(diagnosis)
+
+
+def _started_names_one_family(head: str) -> str | None:
+    wanted = re.sub(r"\s+", "", head)
+    starts = {d.family for d in device_asserts() if re.sub(r"\s+", "", d.condition).startswith(wanted)}
+    return starts.pop() if len(starts) == 1 and len(wanted) >= CUT_MIN_CHARS else None
+
+
+@pytest.mark.parametrize("entry", device_asserts(), ids=lambda e: f"{e.file.rsplit('/', 1)[-1]}:{e.condition[:40]}")
+def test_an_assertion_cut_short_at_its_end_gets_its_family_where_its_start_names_one(entry):
+    # a clipped column or a paste that stops mid-line: no closing backtick, no "failed", the error's lines after it
+    line = _printed(entry)
+    head = entry.condition[: max(CUT_MIN_CHARS, 2 * len(entry.condition) // 3)]
+    cut = line[: line.index("Assertion `") + len("Assertion `") + len(head)]
+    for text in (cut + ASSERTED, cut + "\n", f"Assertion `{head}{ASSERTED}"):
+        diagnosis = _explain(text)
+        assert diagnosis.causes, text
+        _prior_marked(diagnosis)
+        family = _started_names_one_family(head)
+        if family is not None and family != "other":
+            _leads_with(diagnosis, family)
+
+
+def test_an_assertion_cut_in_its_failed_word_or_printed_with_a_message_is_read():
+    index = "../aten/src/ATen/native/cuda/Indexing.cu:1290: indexSelectLargeIndex: block: [254,0,0], thread: [64,0,0] "
+    _leads_with(
+        _explain(f"{index}Assertion `srcIndex < srcSelectDimSize` fai{ASSERTED}"), "embedding_index_out_of_range"
+    )
+    # CUDA_KERNEL_ASSERT_PRINTF's first line (Repeat.cu, torch_cuda_errors.md section a): an op outside our families
+    printf = (
+        "[CUDA_KERNEL_ASSERT] /pytorch/aten/src/ATen/native/cuda/Repeat.cu:20: compute_cuda_kernel: block: [0,0,0], "
+        "thread: [0,0,0]: Assertion failed: `result_size == cumsum_ptr[size - 1]`: Invalid input!"
+    )
+    assert _families(_explain(printf + "\n")) == ["other"]
+
+
+# The lines PyTorch adds under every CUDA error (c10/cuda/CUDADeviceAssertionHost.cpp), all that is left of a log
+# whose error line was cut: a CUDA error, not a host-side one.
+@pytest.mark.parametrize(
+    "line",
+    (
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        "Device-side assertion tracking was not enabled by user.",
+    ),
+)
+def test_what_pytorch_adds_under_a_cuda_error_gets_the_usual_causes_marked_as_a_prior(line):
+    diagnosis = _explain(f"{TRACEBACK}{line}\n")
+    assert diagnosis.causes and any(e.kind == "prior" for e in diagnosis.causes[0].evidence)
+    _prior_marked(diagnosis)
+
+
+def _raised(op) -> str:
+    try:
+        op()
+    except Exception as exc:  # the text PyTorch raises is what the user pastes
+        return f"{type(exc).__name__}: {exc}"
+    raise AssertionError("the op ran")
+
+
+# Host-side checks of our families' inputs, raised by this torch's own ops (the texts are not typed here): index and
+# label dtypes of every indexing op and loss, and multinomial's probabilities.
+def _torch_raised() -> dict[str, tuple[object, str]]:
+    import torch
+    import torch.nn.functional as F
+
+    x, floats = torch.zeros(4, 3), torch.tensor([0.0])
+    return {
+        "cross_entropy int32 target": (lambda: F.cross_entropy(x, torch.zeros(4).int()), "dtype_mismatch"),
+        "cross_entropy float target": (lambda: F.cross_entropy(x, torch.zeros(4)), "dtype_mismatch"),
+        "embedding float ids": (lambda: F.embedding(floats, x), "dtype_mismatch"),
+        "embedding_bag float ids": (lambda: F.embedding_bag(floats, x, torch.tensor([0])), "dtype_mismatch"),
+        "x[float]": (lambda: x[floats], "dtype_mismatch"),
+        "gather": (lambda: x.gather(1, torch.zeros(4, 1)), "dtype_mismatch"),
+        "scatter_": (lambda: x.scatter_(1, torch.zeros(4, 1), 1.0), "dtype_mismatch"),
+        "index_add_": (lambda: x.index_add_(0, floats, torch.ones(1, 3)), "dtype_mismatch"),
+        "index_fill_": (lambda: x.index_fill_(0, floats, 1.0), "dtype_mismatch"),
+        "index_copy_": (lambda: x.index_copy_(0, floats, torch.ones(1, 3)), "dtype_mismatch"),
+        "index_select": (lambda: x.index_select(0, floats), "dtype_mismatch"),
+        "take": (lambda: x.take(floats), "dtype_mismatch"),
+        "put_": (lambda: x.put_(floats, torch.tensor([1.0])), "dtype_mismatch"),
+        "one_hot float": (lambda: F.one_hot(floats, 3), "dtype_mismatch"),
+        "multinomial nan": (
+            lambda: torch.multinomial(torch.tensor([0.5, float("nan")]), 1),
+            "multinomial_invalid_probs",
+        ),
+        "multinomial zero": (lambda: torch.multinomial(torch.zeros(3), 1), "multinomial_invalid_probs"),
+        "cross_entropy target 3": (lambda: F.cross_entropy(x, torch.tensor([0, 1, 2, 3])), "label_out_of_range"),
+        "multi_margin target": (lambda: F.multi_margin_loss(x, torch.tensor([0, 1, 2, 3])), "label_out_of_range"),
+        "embedding id 4": (lambda: F.embedding(torch.tensor([4]), torch.zeros(4, 2)), "embedding_index_out_of_range"),
+        "x[10]": (lambda: x[torch.tensor([10])], "advanced_index_out_of_bounds"),
+        "one_hot 3 of 3": (lambda: F.one_hot(torch.tensor([3]), 3), "one_hot_num_classes"),
+        "bce input": (lambda: F.binary_cross_entropy(torch.tensor([1.5]), torch.tensor([1.0])), "bce_input_range"),
+        # ops outside our families: said as what failed, no label's cause by how often labels fail
+        "bernoulli p": (lambda: torch.bernoulli(torch.tensor([1.5])), "other"),
+        "bernoulli_ p": (lambda: torch.zeros(2).bernoulli_(1.5), "other"),
+        "repeat_interleave": (lambda: torch.repeat_interleave(torch.tensor([-1])), "other"),
+        "bincount": (lambda: torch.bincount(torch.tensor([-1])), "other"),
+        "max_unpool": (
+            lambda: F.max_unpool2d(torch.ones(1, 1, 2, 2), torch.full((1, 1, 2, 2), 100), 2),
+            "other",
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_torch_raised()))
+def test_every_host_side_check_torch_raises_for_our_families_gets_its_family(name):
+    op, family = _torch_raised()[name]
+    text = _raised(op)
+    for log in (f"{TRACEBACK}{text}\n", f"{text}\n", f"{TRACEBACK}{text.replace('`', '')}\n"):
+        diagnosis = _explain(log)
+        assert diagnosis.causes, log
+        _prior_marked(diagnosis)
+        if family == "other":
+            assert _families(diagnosis) == ["other"], log
+        else:
+            _leads_with(diagnosis, family)

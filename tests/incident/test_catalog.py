@@ -60,6 +60,7 @@ SAMPLES = {
         None,
     ),
     "cpu_nan_cast": ("ValueError: cannot convert float NaN to integer", None),
+    "cpu_other_op_check": ("RuntimeError: bernoulli_ expects p to be in [0, 1], but got p=1.5", None),
 }
 
 
