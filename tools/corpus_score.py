@@ -46,7 +46,7 @@ class Scored:
     confidence: float
     raw_confidence: float  # the top cause's score before calibration: what the calibration is fitted on
     answer_kind: str | None  # the curve the top cause goes through (calibration.answer_kind)
-    alternatives: tuple[str, ...]  # the families the report states as one answer (Diagnosis.alternatives)
+    stated: tuple[tuple[str, ...], ...]  # the report's answers, each the families it states as one (Diagnosis.answers)
     only_the_error: bool  # nothing but the error's own lines: see ``says_only_the_error``
 
     @property
@@ -58,16 +58,8 @@ class Scored:
         return self.entry["family"] in self.families[:3]
 
     @property
-    def answers(self) -> list[tuple[str, ...]]:
-        """The report's answers in order: the alternatives it states as one (the top cause's group, where nothing
-        read tells its families apart), then each other cause."""
-        if not self.alternatives:
-            return [(family,) for family in self.families]
-        return [self.alternatives, *((f,) for f in self.families if f not in self.alternatives)]
-
-    @property
     def top3_answers(self) -> bool:
-        return any(self.entry["family"] in answer for answer in self.answers[:3])
+        return any(self.entry["family"] in answer for answer in self.stated[:3])
 
     @property
     def empty(self) -> bool:
@@ -198,7 +190,7 @@ def score(entry: dict, rows: dict[str, tuple[str, tuple[str, ...], str]] | None 
         top.confidence if top else 0.0,
         raw.confidence if raw else 0.0,
         calibration.answer_kind(raw) if raw else None,
-        tuple(diagnosis.alternatives),
+        tuple(tuple(answer) for answer in diagnosis.answers),
         says_only_the_error(entry),
     )
 
@@ -237,7 +229,8 @@ def calibration_report(scored: list[Scored], split: str) -> list[str]:
     lines = [
         f"- answers at >= {CONFIDENT:.0%}: {len(confident)}/{len(rows)}, right {_ratio(confident, 'top1')}",
         f"- right family in the first three causes: {_ratio(rows, 'top3')}",
-        f"- right family in the first three answers (stated alternatives as one): {_ratio(rows, 'top3_answers')}",
+        "- right family in the first three answers (a group stated as one answer counted as one): "
+        f"{_ratio(rows, 'top3_answers')}",
         f"- logs without a cause: {sum(s.empty for s in rows)}",
         f"- expected calibration error (top cause, {BINS} bins): {error:.3f}",
         "",

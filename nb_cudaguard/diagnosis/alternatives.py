@@ -4,7 +4,9 @@ A log of only ``t >= 0 && t < n_classes`` says a class label was out of range fo
 wrong or the head too small, nothing in it says. The prior then ranks the group's families, and the report must not
 read as if it knew: it names them as alternatives ("labels out of range, or a head too small for the classes") and
 the step that reads the values (restart, replay and diagnose in a poisoned notebook; ``--code`` or ``%%cudacheck``
-for a log). ``tools/corpus_score.py`` counts such a line as one answer for the first three, and says so.
+for a log). The same holds after the first answer: an index assertion says an index was out of bounds, not whether
+it was labels or position ids used as one, so each such group is one answer too. ``tools/corpus_score.py`` counts
+an answer of several families as one for the first three, and says so.
 """
 
 from __future__ import annotations
@@ -14,23 +16,55 @@ from nb_cudaguard.diagnosis.causes import Cause, Diagnosis
 from nb_cudaguard.families import group_of, short_of
 from nb_cudaguard.incident.incident import Incident
 
-__all__ = ["line", "undecided"]
+__all__ = ["answers", "lines"]
+
+SAID = 3  # the answers a report's lines spell out: the first three, as the corpus's figures count them
 
 
-def undecided(causes: list[Cause]) -> list[str]:
-    """The families of the top cause's group that nothing read tells apart: the prior alone ranks them (a bare
-    device-side assert says not even which op), so the group's families among the causes are one answer."""
-    top = causes[0] if causes else None
-    if top is None or top.family == "other" or calibration.answer_kind(top) != "prior":
-        return []
-    same = [c.family for c in causes if group_of(c.family) == group_of(top.family)]
-    return same if len(same) > 1 else []
+def answers(causes: list[Cause]) -> list[list[str]]:
+    """The causes as answers, in their order: a cause the prior alone ranks takes with it the other such causes
+    of its group (nothing read tells them apart: a bare device-side assert says not even which op, and an index
+    assertion not whose values were the index), at the place of the first; any other cause is an answer alone."""
+    result: list[list[str]] = []
+    placed: set[str] = set()
+    for i, cause in enumerate(causes):
+        if cause.family in placed:
+            continue
+        answer = [cause.family]
+        if cause.family != "other" and calibration.answer_kind(cause) == "prior":
+            answer += [
+                c.family
+                for c in causes[i + 1 :]
+                if group_of(c.family) == group_of(cause.family)
+                and calibration.answer_kind(c) == "prior"
+                and c.family not in placed
+            ]
+        result.append(answer)
+        placed.update(answer)
+    return result
 
 
-def line(diagnosis: Diagnosis, incident: Incident, code: str | None) -> str:
+def lines(diagnosis: Diagnosis, incident: Incident, code: str | None) -> list[str]:
+    """The report's lines for its answers of several families: the first with the step that decides, and one for
+    the later ones among the first three."""
+    said = []
+    if diagnosis.alternatives:
+        said.append(_first(diagnosis, incident, code))
+    later = [answer for answer in diagnosis.answers[1:SAID] if len(answer) > 1]
+    if later:
+        groups = "; or ".join(_words(answer) for answer in later)
+        said.append(f"Next likeliest by how often each causes this error, nothing read here tells which: {groups}.")
+    return said
+
+
+def _words(answer: list[str]) -> str:
+    return ", or ".join(short_of(f) for f in answer)
+
+
+def _first(diagnosis: Diagnosis, incident: Incident, code: str | None) -> str:
     """One line: the alternatives in the user's words, that the log cannot tell which (nor, where no text names
     the op, whether it was their group at all: they are the likeliest), and the step that decides."""
-    words = ", or ".join(short_of(f) for f in diagnosis.alternatives)
+    words = _words(diagnosis.alternatives)
     if any(e.direct for e in diagnosis.causes[0].evidence):
         said = "nothing read here tells which (the order is the prior's: how often each causes this error)"
     else:

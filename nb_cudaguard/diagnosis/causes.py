@@ -67,31 +67,41 @@ class Cause:
 
 @dataclass
 class Diagnosis:
-    """``alternatives``: the families (the top cause's first) that nothing read tells apart, which the report
-    states as one answer with the step that decides; empty when the evidence chose the family."""
+    """``answers``: the report's answers in order, each the families it states as one. A family that evidence
+    chose is an answer alone; the families of a group that only the prior ranks (nothing read tells them apart)
+    are one answer, said in one line with the step that decides. Empty for a report of no cause."""
 
     causes: list[Cause] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    alternatives: list[str] = field(default_factory=list)
+    answers: list[list[str]] = field(default_factory=list)
 
     @property
     def top(self) -> Cause | None:
         return self.causes[0] if self.causes else None
 
+    @property
+    def alternatives(self) -> list[str]:
+        """The first answer's families where it holds more than one (the top cause's first); empty where the
+        evidence chose the family."""
+        return list(self.answers[0]) if self.answers and len(self.answers[0]) > 1 else []
+
     def to_dict(self) -> dict:
         return {
             "causes": [c.to_dict() for c in self.causes],
             "notes": list(self.notes),
-            "alternatives": list(self.alternatives),
+            "answers": [list(a) for a in self.answers],
+            "alternatives": self.alternatives,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Diagnosis:
-        return cls(
-            [Cause.from_dict(c) for c in data.get("causes", [])],
-            [str(n) for n in data.get("notes", [])],
-            [str(f) for f in data.get("alternatives", [])],
-        )
+        causes = [Cause.from_dict(c) for c in data.get("causes", [])]
+        if "answers" in data:
+            answers = [[str(f) for f in answer] for answer in data["answers"]]
+        else:  # a report written before the answers were kept: the alternatives, then each other cause
+            first = [str(f) for f in data.get("alternatives", [])]
+            answers = ([first] if first else []) + [[c.family] for c in causes if c.family not in first]
+        return cls(causes, [str(n) for n in data.get("notes", [])], answers)
 
 
 def cause_from_check(error: CudaCheckError) -> Cause:

@@ -49,7 +49,7 @@ def combine(error: CudaCheckError, analysed: Diagnosis | None, namespace: dict |
     notes = [CHECKED]
     partner = _partner(error, analysed)
     if partner is None:
-        return Diagnosis(causes=[cause], notes=notes)
+        return Diagnosis(causes=[cause], notes=notes, answers=[[cause.family]])
     if partner.family != error.family and partner.family in NARROWS.get(error.family, ()):
         cause.family = partner.family
         cause.fix = partner.fix
@@ -64,7 +64,7 @@ def combine(error: CudaCheckError, analysed: Diagnosis | None, namespace: dict |
             + f"; in your code it comes from {partner.variable}."
         )
     cause.evidence += [e for e in partner.evidence if e.kind not in ("assertion", "error_text", "prior")]
-    return Diagnosis(causes=[cause], notes=notes)
+    return Diagnosis(causes=[cause], notes=notes, answers=[[cause.family]])
 
 
 def _partner(error: CudaCheckError, analysed: Diagnosis | None) -> Cause | None:
@@ -139,4 +139,5 @@ def _carried(label: str, read: Diagnosis, later: Diagnosis) -> Diagnosis:
         f"Read by the check that stopped this code's op in cell {label}: this run's values are on the poisoned "
         "device and cannot be read, and the same code failed the same way."
     )
-    return Diagnosis(causes=causes, notes=[note, *(n for n in later.notes if n not in read.notes)])
+    notes = [note, *(n for n in later.notes if n not in read.notes)]
+    return Diagnosis(causes=causes, notes=notes, answers=[[c.family] for c in causes])

@@ -54,10 +54,13 @@ ANALYSERS: tuple[tuple[str, Analyser], ...] = (
 JOURNAL_CELLS = 200
 CONTRADICTION = 0.5  # what a cause keeps when the printed assertion points at another group
 # Families an assertion of another group still supports: srcIndex < srcSelectDimSize is index_select's assertion
-# as much as the embedding's; a float index or a NaN cast to an index ends in any index-checking kernel.
+# as much as the embedding's; an index assertion (x[idx], gather, scatter and one_hot's scatter) is raised as often on
+# labels or position ids used as the index as on an index of the user's own (5 of the dev half's 11 index
+# assertions); a float index or a NaN cast to an index ends in any index-checking kernel.
 _ALSO_SUPPORTED_BY = {
     "index": ("embedding",),
     "embedding": ("index",),
+    "class_index": ("index",),
     "dtype": ("class_index", "embedding", "index"),
 }
 _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
@@ -65,10 +68,22 @@ _NAN_SUPPORTED_BY = ("index", "embedding", "class_index")
 # index assertion names its kernel's op: IndexKernel.cu is x[idx], ScatterGatherKernel.cu gather/scatter): the
 # prior ranks the others' families within the group, never the asserted one below its sibling.
 _ASSERTION_NAMES_FAMILY = frozenset({"bce", "index"})
+# The families of such a group whose op runs the named family's kernel: one_hot on CUDA leaves its range to
+# scatter's assertion (aten/src/ATen/native/Onehot.cpp); a NaN cast to an index ends in any index kernel. A sibling
+# not listed cannot have printed that assertion (x[idx] never runs ScatterGatherKernel.cu), so the prior does not
+# put it forward.
+_RAISED_THROUGH = {
+    "gather_scatter_index": ("one_hot_num_classes", "nan_or_inf"),
+    "advanced_index_out_of_bounds": ("nan_or_inf",),
+}
+# The groups whose values an assertion is often raised on, though its kernel is another group's: labels and position
+# ids used as the index of x[idx], gather or one_hot's scatter (5 of the dev half's 11 index assertions; an embedding
+# assertion's, 1 of 17, is not listed). The prior puts their families forward after the op's own.
+_RAISED_ON = {"index": ("class_index", "embedding")}
 _VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
 _NARROWING = ("traceback", "log", "source")  # inferred evidence that names a family within the printed group
 PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
-PRIOR_FAMILIES = 4  # families the prior adds on its own when nothing names a group
+PRIOR_GROUPS = 3  # groups the prior puts forward whole when nothing names one: the report's first three answers
 DECIDE = (
     "The step that decides: re-run the failing cell under %%cudacheck (in a notebook with nb_cudaguard loaded: "
     "restart, replay and diagnose), which stops the op before it runs and names the values."
@@ -170,9 +185,8 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     diagnosis.causes = calibration.exclusive(
         _rank(asserted, _not_against_values(hints, found), found, ranking), ranking
     )
-    diagnosis.alternatives = alternatives.undecided(diagnosis.causes)
-    if diagnosis.alternatives:
-        diagnosis.notes.append(alternatives.line(diagnosis, incident, code))
+    diagnosis.answers = alternatives.answers(diagnosis.causes)
+    diagnosis.notes += alternatives.lines(diagnosis, incident, code)
     diagnosis.notes += _notes(incident, ctx, diagnosis)
     return diagnosis
 
@@ -241,11 +255,12 @@ def _rank(
         within = ranking.within_group(family) if ranking is not None else 1.0
         if support is not None:
             named = group in _ASSERTION_NAMES_FAMILY and family in asserted
-            if own[family] > 0 or ranking is None or group_of(support.family) != group or named:
+            if own[family] > 0 or ranking is None or named:
                 cause.confidence = _combine(support.confidence, own[family])
-            else:  # the group is known, the family within it only by the prior (unless it is the group's only one)
-                cause.confidence = support.confidence * within
-                if within < 1.0:
+            else:  # the group is known (or one it supports), the family only by the prior (unless it is alone there)
+                among = ranking.share_among(family, _supported_by(group_of(support.family)))
+                cause.confidence = support.confidence * among
+                if among < 1.0:
                     cause.evidence.append(_prior_evidence(ranking, family, within_group=True))
             if support.family != family:
                 cause.evidence = cause.evidence + support.evidence  # the user's values first, the assertion after
@@ -276,16 +291,30 @@ def _add_prior_candidates(
 ) -> None:
     """The families the prior puts forward: every family of a group the log names (the assertion, or the frames
     when there is no assertion), and the most frequent ones when nothing names a group."""
-    named_groups = set(group_support) or set(group_hints)
+    named_groups = {g for asserted_group in group_support for g in _supported_by(asserted_group)} or set(group_hints)
     wanted = [f for f, _ in ranking.ranked() if group_of(f) in named_groups]
     if not named_groups:
-        wanted = [f for f, _ in ranking.ranked()[:PRIOR_FAMILIES]]
-        # the likeliest family's group whole: the report states its families as alternatives, not one by chance
-        wanted += [f for f, _ in ranking.ranked() if wanted and group_of(f) == group_of(wanted[0])]
+        # the likeliest groups whole, by their families' shares: the report states each as one answer (nothing
+        # read tells its families apart), not one family of it by chance
+        totals: dict[str, float] = {}
+        for family, share in ranking.ranked():
+            totals[group_of(family)] = totals.get(group_of(family), 0.0) + share
+        groups = sorted(totals, key=lambda g: -totals[g])[:PRIOR_GROUPS]
+        wanted = [f for f, _ in ranking.ranked() if group_of(f) in groups]
+    printed = [f for f in asserted if group_of(f) in _ASSERTION_NAMES_FAMILY and f in _RAISED_THROUGH]
+    if printed:
+        raised = {g: (f, *_RAISED_THROUGH[f]) for f in printed for g in [group_of(f)]}
+        wanted = [f for f in wanted if group_of(f) not in raised or f in raised[group_of(f)]]
     for family in wanted:
         if family not in merged:
             merged[family] = Cause(family, 0.0, summary_of(family), _fix_for(family, asserted), [])
             own[family] = 0.0
+
+
+def _supported_by(asserted_group: str) -> frozenset[str]:
+    """The groups whose families the prior puts forward for an assertion of ``asserted_group``: its own, and those
+    whose values it is often raised on (``_RAISED_ON``)."""
+    return frozenset({asserted_group, *_RAISED_ON.get(asserted_group, ())})
 
 
 def _prior_evidence(ranking: prior.Prior, family: str, *, within_group: bool) -> Evidence:
@@ -346,7 +375,7 @@ def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
                 f"value was read). {DECIDE}"
             )
         else:
-            notes.append(f"Ranked first by: {direct.text}. No value was read to confirm it. {DECIDE}")
+            notes.append(f"Ranked first by: {direct.text.rstrip('.')}. No value was read to confirm it. {DECIDE}")
     if top is None:
         notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
     elif top.family == "illegal_memory_access":

@@ -70,6 +70,14 @@ class Prior:
             return 1.0 / sum(1 for row in TABLE if row.group == group)
         return self.shares.get(family, 0.0) / total
 
+    def share_among(self, family: str, groups: frozenset[str]) -> float:
+        """The family's share among the families of ``groups`` (those an assertion supports): ``within_group``
+        where that is the family's own group alone."""
+        if groups <= {group_of(family)}:
+            return self.within_group(family)
+        total = sum(v for f, v in self.shares.items() if group_of(f) in groups)
+        return self.shares.get(family, 0.0) / total if total else 0.0
+
     def ranked(self) -> list[tuple[str, float]]:
         return sorted(self.shares.items(), key=lambda item: -item[1])
 
