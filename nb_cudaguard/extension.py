@@ -44,6 +44,11 @@ class CudaGuard(Configurable):
         True, help="Tee each cell's fd-level stdout/stderr into a bounded buffer to catch device assertions."
     ).tag(config=True)
     capture_limit = Int(64 * 1024, help="Characters of each cell's output kept for the report.").tag(config=True)
+    assertion_lines_shown = Int(
+        3,
+        help="Device assertion lines a cell shows in the notebook; one line stands for the rest, which the report "
+        "counts (0: show them all). A GPU prints one per failing thread, often hundreds.",
+    ).tag(config=True)
     journal_max_cells = Int(5000, help="Cells kept in the journal; the oldest are dropped first.").tag(config=True)
     journal_max_bytes = Int(32 * 1024 * 1024, help="Bytes of cell source kept in the journal.").tag(config=True)
     show_report = Enum(
@@ -75,7 +80,7 @@ class CudaGuard(Configurable):
         super().__init__(parent=shell, **kwargs)
         self.shell = shell
         self.journal = Journal(self.journal_max_cells, self.journal_max_bytes)
-        self.capture = OutputCapture(self.capture_limit) if self.capture_output else None
+        self.capture = OutputCapture(self.capture_limit, self.assertion_lines_shown) if self.capture_output else None
         self.incidents: list[Incident] = []
         self.last_report: Report | None = None
         self.read_by_checks: ReadByChecks | None = None  # what checks read, for the later reports of their cells
@@ -119,6 +124,12 @@ class CudaGuard(Configurable):
         capture = getattr(self, "capture", None)  # config given at construction arrives before capture exists
         if capture is not None:
             capture.limit = change["new"]
+
+    @observe("assertion_lines_shown")
+    def _assertion_lines_changed(self, change) -> None:
+        capture = getattr(self, "capture", None)
+        if capture is not None:
+            capture.keep_assertions(change["new"])
 
     # --- lifecycle
     def register(self) -> None:

@@ -95,6 +95,11 @@ class AssertionCollector:
         return list(self._records.values())
 
 
+def is_assertion_line(line: str) -> bool:
+    """Whether ``line`` is one printed device assertion (what ``fold`` may leave out of the notebook)."""
+    return "ssert" in line and bool(_ASSERT_LINE.search(line) or _HIP_ASSERT_LINE.search(line))
+
+
 def parse_assertions(text: str) -> list[AssertionRecord]:
     collector = AssertionCollector()
     collector.feed_text(text)

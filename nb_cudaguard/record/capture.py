@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from nb_cudaguard.record.assertions import AssertionCollector, AssertionRecord
+from nb_cudaguard.record.fold import Fold
 
 _F_SETPIPE_SZ = 1031
 _PIPE_BYTES = 1 << 20
@@ -168,25 +169,33 @@ class _StreamTap:
 
     mode = "stream"
 
-    def __init__(self, stream, fd: int, sink) -> None:
+    def __init__(self, stream, fd: int, sink, fold: Fold) -> None:
         self.stream = stream
         self.fd = fd
         self.sink = sink
+        self.fold = fold
         self.disabled_reason: str | None = None
         self.begin()
 
     def begin(self) -> None:
+        self.fold.begin()
         # IPython 9 swaps ``write`` for its own history tee around every cell and puts back what it found, so
         # we check at each cell that ours is the outermost one, rather than installing it once.
         current = self.stream.write
         if getattr(current, "__nb_cudaguard__", False):
             return
-        self.stream.write = _TeeWrite(current, self.sink)
+        self.stream.write = _TeeWrite(current, self.sink, self.stream, self.fold)
 
     def end(self, failed: bool) -> None:
         self.disabled_reason = self._redirected()
-        if not failed:
-            return
+        if failed:
+            self._drain()
+        rest = self.fold.end()
+        current = self.stream.__dict__.get("write")
+        if rest and isinstance(current, _TeeWrite):
+            current.inner(rest)
+
+    def _drain(self) -> None:
         _fflush_c()
         fid = getattr(self.stream, "_fid", None)
         if fid is None:
@@ -215,20 +224,27 @@ class _StreamTap:
 
 
 class _TeeWrite:
-    """An OutStream's ``write``, then the sink for text. ``__nb_cudaguard__`` marks it as ours (to find it again,
-    not to wrap it twice)."""
+    """An OutStream's ``write``, then the sink for text. What C wrote (the stream's fd-watch thread calls this)
+    reaches the frontend through ``fold``. ``__nb_cudaguard__`` marks it as ours (to find it again, not to wrap it
+    twice)."""
 
     __nb_cudaguard__ = True
 
-    def __init__(self, inner: Callable[..., object], sink: Callable[[str], None]) -> None:
+    def __init__(self, inner: Callable[..., object], sink: Callable[[str], None], stream: object, fold: Fold) -> None:
         self.inner = inner
         self.sink = sink
+        self.stream = stream
+        self.fold = fold
 
     def __call__(self, text: object, *args: object, **kwargs: object) -> object:
-        result = self.inner(text, *args, **kwargs)
-        if isinstance(text, str):
-            self.sink(text)
-        return result
+        if not isinstance(text, str):
+            return self.inner(text, *args, **kwargs)
+        shown = text
+        if threading.current_thread() is getattr(self.stream, "watch_fd_thread", None):
+            shown = self.fold.pass_on(text)
+        result = self.inner(shown, *args, **kwargs) if shown or not text else None
+        self.sink(text)
+        return result if shown is text else len(text)  # what was written, folded or not
 
 
 class _FdTap:
@@ -335,8 +351,9 @@ def _is_watching_outstream(stream) -> bool:
 class OutputCapture:
     """One per shell: the taps on fds 1 and 2 and the current cell's output."""
 
-    def __init__(self, limit: int = 64 * 1024) -> None:
+    def __init__(self, limit: int = 64 * 1024, keep_assertion_lines: int = 3) -> None:
         self.limit = limit
+        self.keep_assertion_lines = keep_assertion_lines  # per cell and stream, in the notebook (``fold``)
         self.current = CellOutput(limit=limit)
         self._taps: list = []
 
@@ -344,7 +361,7 @@ class OutputCapture:
         for fd, name in ((1, "stdout"), (2, "stderr")):
             stream = getattr(sys, name, None)
             if _is_watching_outstream(stream):
-                self._taps.append(_StreamTap(stream, fd, self._sink))
+                self._taps.append(_StreamTap(stream, fd, self._sink, Fold(self.keep_assertion_lines)))
             else:
                 try:
                     self._taps.append(_FdTap(fd, name, self._sink))
@@ -362,6 +379,13 @@ class OutputCapture:
     @property
     def problems(self) -> list[str]:
         return [tap.disabled_reason for tap in self._taps if tap.disabled_reason]
+
+    def keep_assertions(self, lines: int) -> None:
+        """Show ``lines`` device assertion lines per cell and stream in the notebook (0: all of them)."""
+        self.keep_assertion_lines = lines
+        for tap in self._taps:
+            if isinstance(tap, _StreamTap):
+                tap.fold.keep = lines
 
     def begin_cell(self) -> None:
         self.current = CellOutput(limit=self.limit)
