@@ -119,17 +119,12 @@ class CudaGuard(Configurable):
         """The journal record of the cell running now (None between cells)."""
         return self._current
 
-    @observe("capture_limit")
-    def _capture_limit_changed(self, change) -> None:
+    @observe("capture_limit", "assertion_lines_shown")
+    def _capture_changed(self, change) -> None:
         capture = getattr(self, "capture", None)  # config given at construction arrives before capture exists
         if capture is not None:
-            capture.limit = change["new"]
-
-    @observe("assertion_lines_shown")
-    def _assertion_lines_changed(self, change) -> None:
-        capture = getattr(self, "capture", None)
-        if capture is not None:
-            capture.keep_assertions(change["new"])
+            capture.limit = self.capture_limit
+            capture.keep_assertions(self.assertion_lines_shown)
 
     # --- lifecycle
     def register(self) -> None:
@@ -372,7 +367,7 @@ class CudaGuard(Configurable):
     def status(self) -> str:
         lines = [
             f"nb_cudaguard: {len(self.journal)} cells recorded ({self.journal.dropped} dropped by the cap)",
-            f"  capture: {self._capture_status()}",
+            f"  capture: {self.capture.status() if self.capture else 'off (CudaGuard.capture_output = False)'}",
             f"  CUDA incidents: {sum(incident.is_cuda for incident in self.incidents)}",
         ]
         if self.last_report is not None:
@@ -396,13 +391,6 @@ class CudaGuard(Configurable):
         except Exception as exc:
             self.snapshot = False
             print(f"nb_cudaguard: snapshots are off ({type(exc).__name__}: {exc})", file=sys.stderr)
-
-    def _capture_status(self) -> str:
-        if self.capture is None:
-            return "off (CudaGuard.capture_output = False)"
-        modes = ", ".join(f"fd {fd}: {mode}" for fd, mode in sorted(self.capture.modes.items()))
-        problems = "; ".join(self.capture.problems)
-        return modes + (f" ({problems})" if problems else "")
 
 
 def _simulating() -> bool:

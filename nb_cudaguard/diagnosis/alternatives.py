@@ -24,14 +24,18 @@ SAID = 3  # the answers a report's lines spell out: the first three, as the corp
 def answers(causes: list[Cause]) -> list[list[str]]:
     """The causes as answers, in their order: a cause the prior alone ranks takes with it the other such causes
     of its group (nothing read tells them apart: a bare device-side assert says not even which op, and an index
-    assertion not whose values were the index), at the place of the first; any other cause is an answer alone."""
+    assertion not whose values were the index), at the place of the first; any other cause is an answer alone.
+    Only where the first cause rests on a printed text or the prior: after a cause the evidence chose, the rest is
+    each its own answer."""
     result: list[list[str]] = []
     placed: set[str] = set()
+    # where the code, the log's words or a value read chose the first cause, the others are not said as groups
+    grouping = bool(causes) and calibration.answer_kind(causes[0]) in ("named", "prior")
     for i, cause in enumerate(causes):
         if cause.family in placed:
             continue
         answer = [cause.family]
-        if cause.family != "other" and calibration.answer_kind(cause) == "prior":
+        if grouping and cause.family != "other" and calibration.answer_kind(cause) == "prior":
             answer += [
                 c.family
                 for c in causes[i + 1 :]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nb_cudaguard.diagnosis import alternatives, calibration, checked
+from nb_cudaguard.diagnosis import alternatives, calibration, checked, notes
 from nb_cudaguard.diagnosis.causes import Cause, Diagnosis, Evidence
 from nb_cudaguard.diagnosis.evidence import (
     classes,
@@ -80,14 +80,8 @@ _RAISED_THROUGH = {
 # ids used as the index of x[idx], gather or one_hot's scatter (5 of the dev half's 11 index assertions; an embedding
 # assertion's, 1 of 17, is not listed). The prior puts their families forward after the op's own.
 _RAISED_ON = {"index": ("class_index", "embedding")}
-_VALUES = ("tensor", "guard", "module", "config", "tokenizer")  # evidence read from the user's own objects
-_NARROWING = ("traceback", "log", "source")  # inferred evidence that names a family within the printed group
 PRIOR_WEIGHT = 0.3  # what the whole prior is worth next to evidence about this log
 PRIOR_GROUPS = 3  # groups the prior puts forward whole when nothing names one: the report's first three answers
-DECIDE = (
-    "The step that decides: re-run the failing cell under %%cudacheck (in a notebook with nb_cudaguard loaded: "
-    "restart, replay and diagnose), which stops the op before it runs and names the values."
-)
 
 
 def _combine(*confidences: float) -> float:
@@ -163,7 +157,7 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
         if incident.health.source == "log":
             diagnosis.notes.append(
                 "Nothing in this log is a CUDA error, a device assertion or a frame in torch, so no cause is "
-                f"ranked. If it came from a GPU run, the CUDA error was cut off: paste the whole output. {DECIDE}"
+                f"ranked. If it came from a GPU run, the CUDA error was cut off: paste the whole output. {notes.DECIDE}"
             )
         return diagnosis  # the user's tensors have nothing to do with it
     wanted_prior = (not plain_python_error or asserted or hints) and not outside_families
@@ -187,7 +181,7 @@ def _analyse(incident: Incident, code: str | None, journal: Iterable | None) -> 
     )
     diagnosis.answers = alternatives.answers(diagnosis.causes)
     diagnosis.notes += alternatives.lines(diagnosis, incident, code)
-    diagnosis.notes += _notes(incident, ctx, diagnosis)
+    diagnosis.notes += notes.for_diagnosis(incident, ctx, diagnosis)
     return diagnosis
 
 
@@ -195,7 +189,7 @@ def _not_against_values(hints: list[textual.Hint], found: list[Cause]) -> list[t
     """The hints the values read leave standing: where an analyser read the offending values of a group (on the
     host, from the batch the device copy was made from, or on a healthy device), a family of that group that no
     value showed is not raised by a guess from the code (an unrelated ``label - 1`` is no negative label)."""
-    read = {c.family for c in found if any(e.kind in _VALUES and e.values for e in c.evidence)}
+    read = {c.family for c in found if any(e.kind in calibration.VALUES and e.values for e in c.evidence)}
     decided = {group_of(f) for f in read}
     return [h for h in hints if group_of(h.family) not in decided or h.family in read]
 
@@ -330,75 +324,3 @@ def _prior_evidence(ranking: prior.Prior, family: str, *, within_group: bool) ->
 def _fix_for(family: str, asserted: dict[str, Cause]) -> str:
     """The printed assertion's own fix where there is one (it names the op), else the family's usual fix."""
     return asserted[family].fix if family in asserted else fix_of(family)
-
-
-def _named(cause: Cause) -> str:
-    """A cause in a note, as a person names it ("that the output layer has fewer units..."): a family's identifier
-    is for tools and issues, and the report shows it only in the cause's tag."""
-    return f'"{summary_of(cause.family)}"'
-
-
-def _notes(incident: Incident, ctx: Context, diagnosis: Diagnosis) -> list[str]:
-    notes = []
-    frame = incident.user_frame
-    if frame is not None and incident.classification == "poisoned":
-        notes.append(f"CUDA reports kernel errors asynchronously: the op that failed may run before {frame.where}.")
-    unread = [s for s in ctx._summaries.values() if not s.readable]
-    if unread:  # no count: the panel lists tensors of its own, and a number here would head none of them
-        notes.append(
-            f"Values on the GPU were not read ({unread[0].why_not}): what the report says of them comes from "
-            "shapes, host copies and the source."
-        )
-    top = diagnosis.top
-    if top is not None and any(e.kind == "prior" for e in top.evidence):
-        if diagnosis.alternatives:
-            pass  # the alternatives' line says it, and the step that decides
-        elif all(e.kind in ("prior", "error_text", "assertion") for e in top.evidence):
-            notes.append(
-                f"{_named(top)} is ranked first by a prior (how often each cause gave this symptom in the "
-                f"corpus), not by anything in this log that names it. {DECIDE}"
-            )
-        else:
-            decided = next(e for e in top.evidence if e.kind not in ("prior", "error_text", "assertion"))
-            notes.append(f"Narrowed to {_named(top)} by: {decided.text}.")
-    elif top is not None and top.family != "other" and not any(e.direct for e in top.evidence):
-        notes.append(
-            f"Inferred: no printed assertion and no value read says {_named(top)}; the traceback and the code "
-            f"point at it. {DECIDE}"
-        )
-    elif top is not None and top.family != "other" and not any(e.kind in _VALUES for e in top.evidence):
-        direct = next(e for e in top.evidence if e.direct)
-        narrowed = next((e for e in top.evidence if not e.direct and e.kind in _NARROWING), None)
-        if narrowed is not None and direct.kind in ("assertion", "error_text"):
-            notes.append(
-                f"The printed error names the group; narrowed to `{top.family}` by: {narrowed.text} (inferred, no "
-                f"value was read). {DECIDE}"
-            )
-        else:
-            notes.append(f"Ranked first by: {direct.text.rstrip('.')}. No value was read to confirm it. {DECIDE}")
-    if top is None:
-        notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
-    elif top.family == "illegal_memory_access":
-        notes.append(
-            "No tensor value explains an illegal memory access: suspect a custom or third-party CUDA kernel, an "
-            "out-of-bounds pointer, or an index passed to an op without bounds checks; run with "
-            "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel."
-        )
-    elif (
-        top.family == "embedding_index_out_of_range"
-        and not diagnosis.alternatives
-        and not any(e.kind == "tensor" for e in top.evidence)
-    ):
-        notes.append(
-            "An embedding index was out of range, but no tensor was in reach to say which table: token ids beyond "
-            "the vocabulary, a sequence longer than max_position_embeddings, or token_type_ids beyond "
-            "type_vocab_size. Give the code (explain --code FILE) or re-run under %%cudacheck."
-        )
-    elif top.family == "other":
-        notes.append("Nothing in reach names the cause: re-run the failing cell under %%cudacheck to pin the op.")
-    elif top.confidence < 0.5 and not diagnosis.alternatives:
-        notes.append(
-            f"Low confidence ({top.confidence:.0%}): no assertion line and no readable values point at one op; "
-            "give the code (explain --code FILE) or re-run under %%cudacheck."
-        )
-    return notes

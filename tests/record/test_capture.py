@@ -9,7 +9,8 @@ import tempfile
 
 import pytest
 
-from nb_cudaguard.record.capture import CellOutput, OutputCapture, _FdTap
+from nb_cudaguard.record.capture import OutputCapture, _FdTap
+from nb_cudaguard.record.output import CellOutput
 
 ASSERT_LINE = (
     "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1558: indexSelectLargeIndex: block: [1,0,0], "
