@@ -2,7 +2,8 @@
 invariants checked after every step.
 
 A step is one cell, run as the user runs it; `Session.step` checks what holds after any step (no internal error of
-nb_cudaguard, no report for an error that is not CUDA's) and each journey checks the rest where it applies: the
+nb_cudaguard, no report for an error that is not CUDA's, no more than the first three of the device's assertion
+lines in the cell's output) and each journey checks the rest where it applies: the
 right family and variable, every name back after a restart, the weights and the optimizers' state equal to what
 they were before the failure, and nothing trained again.
 """
@@ -18,6 +19,7 @@ from kernel_helpers import run_ok, value
 from session_notebooks import Notebook
 
 from nb_cudaguard.cli.kernelsession import CellResult, KernelSession
+from nb_cudaguard.record.assertions import is_assertion_line
 
 # The hash of every model, optimizer and LR scheduler in the namespace (and of a Trainer's own), and of the plain
 # Python values among `names` (a loss history), read while the context is healthy. Never replayed: after a restart
@@ -61,6 +63,7 @@ USER_NAMES = "sorted(n for n in globals() if not n.startswith('_') and n not in 
 HEALTHY = "(torch.ones(3, device=device) * 2).sum().item()"
 POISONED = "__import__('nb_cudaguard.testing', fromlist=['is_poisoned']).is_poisoned()"
 CUDA_ERRORS = ("AcceleratorError", "RuntimeError")
+SHOWN_ASSERTION_LINES = 3  # CudaGuard.assertion_lines_shown's default
 
 # An error nb_cudaguard handled itself and reported in a line of its own ("nb_cudaguard: could not build the report
 # (KeyError: ...)"), or a traceback whose innermost frame is in the package, the simulated GPU excepted (it stands
@@ -108,6 +111,9 @@ class Session:
         self.log.append(f"{result.status}: {code.splitlines()[0][:70]}")
         assert result.status != "timeout", (self.log, code)
         assert not internal_errors(result), (code, internal_errors(result))
+        # the device's own lines (one per failing thread on a GPU) fold after the first three of a cell
+        shown = [line for line in result.stderr.splitlines() if is_assertion_line(line)]
+        assert len(shown) <= SHOWN_ASSERTION_LINES, (code, shown)
         if ok:
             assert result.status == "ok", (code, result.error, result.stderr[-3000:])
         else:
