@@ -55,6 +55,15 @@ def test_a_cpu_index_in_range_is_read_at_once_and_the_op_runs_on_it() -> None:
     assert _deferred(lambda: (ids.gather(1, torch.tensor([[1], [0]])), table[torch.tensor([9, 0])])) == (0, None)
 
 
+def test_an_index_under_inference_mode_or_of_another_dtype_is_read_at_once_too() -> None:
+    table = torch.randn(10, 3)
+    with torch.inference_mode():
+        frozen = torch.tensor([1, 9], dtype=torch.int32)
+        assert _deferred(lambda: F.embedding(frozen, table)) == (0, None)
+    taken, error = _deferred(lambda: (F.embedding(torch.tensor([2, 3], dtype=torch.int32), table), table[frozen + 1]))
+    assert taken == 1 and error is not None and error.values == [10]
+
+
 def test_a_device_copy_of_a_host_batch_is_read_from_the_host_until_either_changes(gpu) -> None:
     table = torch.randn(10, 3, device=gpu)
     host = torch.tensor([1, 2, 3])

@@ -33,6 +33,21 @@ from nb_cudaguard.check.fast.casts import CASTS
 from nb_cudaguard.record.copies import COPIES
 
 _aminmax = torch.aminmax
+_CPU = torch.device("cpu")
+_OUT: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # by dtype: two values, two views
+
+
+def _bounds(host) -> list[int]:
+    """The least and greatest value of ``host``, a CPU tensor: one op, written into a two-element buffer made once
+    per dtype (no allocation), read with ``tolist`` (which reads host memory without a dispatch; two ``.item()``
+    are two). The buffer is shared, as the board's are: the checks run in the thread that calls the ops."""
+    out = _OUT.get(host.dtype)
+    if out is None:
+        with torch.inference_mode(False):  # a normal tensor even if made under inference_mode: usable outside it
+            values = torch.empty(2, dtype=host.dtype, device=_CPU)  # explicit: the default device may be CUDA
+            out = _OUT[host.dtype] = (values, values[0], values[1])
+    _aminmax(host, out=(out[1], out[2]))
+    return out[0].tolist()
 
 
 @dataclass
@@ -60,12 +75,12 @@ def in_range(index, low: int, high: int, ignore: int | None) -> bool:
     if CASTS._by_id and CASTS.lookup(index) is not None:
         return False  # made from a float tensor under the checks: its NaNs became in-range values on CUDA
     try:
-        least, most = _aminmax(host)
-        if not (low <= least.item() and most.item() < high):
+        least, most = _bounds(host)
+        if not (low <= least and most < high):
             if ignore is None or low <= ignore < high:
                 return False
-            least, most = _aminmax(host.masked_fill(host.eq(ignore), low))
-            if not (low <= least.item() and most.item() < high):
+            least, most = _bounds(host.masked_fill(host.eq(ignore), low))
+            if not (low <= least and most < high):
                 return False
     except RuntimeError:  # a dtype or layout these ops do not take (sparse, uint32), an ignore_index it cannot hold
         return False
