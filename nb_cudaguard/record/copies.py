@@ -49,7 +49,8 @@ class Copy:
     owned: bool  # the host memory is PyTorch's own: memory shared with NumPy can change with no version bump
 
     def host(self) -> Any:
-        """The host tensor, while both still hold the values of the copy (neither was written in place since)."""
+        """The host tensor, while both still hold the values of the copy (neither was written in place, nor had its
+        ``.data`` swapped, since)."""
         source = self.source
         host = source() if isinstance(source, weakref.ref) else source
         device = self.device()
@@ -74,9 +75,10 @@ class Copies:
     # --- what the diagnosis asks
     def source_of(self, tensor: Any, owned: bool = False) -> Any:
         """The host tensor ``tensor`` was copied from, if that copy was seen, the host tensor is still alive and
-        neither was written in place since (their version counters say so). A view of a copied tensor (``yb[:8]``,
-        ``yb.view(-1)``) is the same view of its source. ``owned``: only a source in memory PyTorch owns, whose
-        values are then exactly the device tensor's (the fast checks read them instead of the device's)."""
+        neither was written in place or given other memory since (their version counters and data pointers say
+        so). A view of a copied tensor (``yb[:8]``, ``yb.view(-1)``) is the same view of its source. ``owned``: only
+        a source in memory PyTorch owns, whose values are then exactly the device tensor's (the fast checks read
+        them instead of the device's)."""
         found = self._source(tensor, owned)
         if found is not None:
             return found

@@ -195,7 +195,8 @@ def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], Bas
                     return _record(func(*args, **kwargs), args)
                 if getattr(func, "__module__", None) == _CHECKED:
                     # a fast check's entry point, called again by torch's dispatch to this mode: its check ran
-                    # outside, where the device is answered; in here it is not, so a GPU would never see this call
+                    # outside, where this mode answers the device; in here it does not, so the device's tensors
+                    # would claim to be on the CPU (a CUDA tensor never does) and be read: run what it wraps
                     func = func.__wrapped__
                 return func(*args, **kwargs)
             except Exception as error:  # raised through the simulation: shown as a GPU would show it
