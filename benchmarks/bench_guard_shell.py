@@ -9,10 +9,10 @@ around ``shell.run_cell`` (the cell as the user waits for it: IPython's and nb_c
 code, and with the checks on the read of the boards at the cell's end). Reported per size and cell length: the
 median of the per-round ratios on/off with their quartiles (the noise), and the host microseconds per checked op,
 ``(on - off) / checks``, where ``checks`` is counted by the fast mode itself (every checked call: a verdict taken,
-``BOARD.checks``, or one reused from an earlier check of the same unchanged tensor, ``fast.known``; the second
-count is printed as ``reused``), not assumed. The cell passes the same ``x, y`` every step, as the issue's step
-does; ``--fresh`` passes ``x.clone(), y.clone()`` in both states instead, a new tensor every step as a data
-loader gives, so that no verdict can be reused.
+``BOARD.checks``, one reused from an earlier check of the same unchanged tensor, ``fast.known``, printed as
+``reused``, or one whose values the host read at once, ``fast.readable``), not assumed. The cell passes the same
+``x, y`` every step, as the issue's step does; ``--fresh`` passes ``x.clone(), y.clone()`` in both states instead,
+a new tensor every step as a data loader gives, so that no verdict can be reused.
 
 ``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
 cell's end, in the same cells with the checks on (with ``--fresh``, a new batch tensor every step there too).
@@ -114,15 +114,19 @@ def _switch(shell, on: bool) -> None:
 
 
 def _checked_calls() -> tuple[int, int]:
-    """The fast mode's own counts since the process started: checked calls, and of those the ones answered by an
-    earlier check of the same unchanged tensor (``fast.known``)."""
+    """The fast mode's own counts since the process started: checked calls (deferred, reused or read at once), and
+    of those the ones answered by an earlier check of the same unchanged tensor (``fast.known``)."""
     from nb_cudaguard.check.fast.board import BOARD
 
     try:
         from nb_cudaguard.check.fast.known import KNOWN
     except ImportError:  # a checkout from before fast.known, for a before/after run
         return BOARD.checks, 0
-    return BOARD.checks + KNOWN.skipped, KNOWN.skipped
+    try:
+        from nb_cudaguard.check.fast.readable import READS
+    except ImportError:  # a checkout from before fast.readable
+        return BOARD.checks + KNOWN.skipped, KNOWN.skipped
+    return BOARD.checks + KNOWN.skipped + READS.valid, KNOWN.skipped
 
 
 def _timed(shell, source: str) -> tuple[float, float, int, int]:

@@ -44,14 +44,19 @@ class Copy:
     device: weakref.ref
     source: Any  # the host tensor itself, or a weak reference to it
     held: int  # bytes held alive by this entry (0 when the source is held weakly)
-    versions: tuple[int, int]  # both tensors' version counters at the copy: a write in place since changes them
+    versions: tuple[int, int, int, int]  # both version counters and data pointers at the copy: a write in place
+    # since bumps a counter, ``t.data = other`` changes a pointer
+    owned: bool  # the host memory is PyTorch's own: memory shared with NumPy can change with no version bump
 
     def host(self) -> Any:
-        """The host tensor, while both still hold the values of the copy (neither was written in place since)."""
+        """The host tensor, while both still hold the values of the copy (neither was written in place, nor had its
+        ``.data`` swapped, since)."""
         source = self.source
         host = source() if isinstance(source, weakref.ref) else source
         device = self.device()
-        if host is None or device is None or (device._version, host._version) != self.versions:
+        if host is None or device is None:
+            return None
+        if (device._version, host._version, device.data_ptr(), host.data_ptr()) != self.versions:
             return None
         return host
 
@@ -68,17 +73,19 @@ class Copies:
         return len(self._by_id)
 
     # --- what the diagnosis asks
-    def source_of(self, tensor: Any) -> Any:
+    def source_of(self, tensor: Any, owned: bool = False) -> Any:
         """The host tensor ``tensor`` was copied from, if that copy was seen, the host tensor is still alive and
-        neither was written in place since (their version counters say so). A view of a copied tensor (``yb[:8]``,
-        ``yb.view(-1)``) is the same view of its source."""
-        found = self._source(tensor)
+        neither was written in place or given other memory since (their version counters and data pointers say
+        so). A view of a copied tensor (``yb[:8]``, ``yb.view(-1)``) is the same view of its source. ``owned``: only
+        a source in memory PyTorch owns, whose values are then exactly the device tensor's (the fast checks read
+        them instead of the device's)."""
+        found = self._source(tensor, owned)
         if found is not None:
             return found
         base = getattr(tensor, "_base", None)
         if base is None:
             return None
-        source = self._source(base)
+        source = self._source(base, owned)
         if source is None or not _same_layout(base, source):
             return None
         try:
@@ -87,9 +94,9 @@ class Copies:
         except RuntimeError:
             return None
 
-    def _source(self, tensor: Any) -> Any:
+    def _source(self, tensor: Any, owned: bool) -> Any:
         entry = self._by_id.get(id(tensor))
-        if entry is None or entry.device() is not tensor:
+        if entry is None or entry.device() is not tensor or (owned and not entry.owned):
             return None
         return entry.host()
 
@@ -106,7 +113,9 @@ class Copies:
             held = source if keep else weakref.ref(source)
         except TypeError:
             return
-        self._by_id[key] = Copy(ref, held, size if keep else 0, (result._version, source._version))
+        versions = (result._version, source._version, result.data_ptr(), source.data_ptr())
+        owned = _is_index_like(source) and source.untyped_storage().resizable()  # asked once, here: 1 µs warm
+        self._by_id[key] = Copy(ref, held, size if keep else 0, versions, owned)
         self.held += size if keep else 0
 
     def follow(self, result: Any, again: Any, inputs: list[Any]) -> None:

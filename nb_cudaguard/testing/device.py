@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
     from torch.overrides import TorchFunctionMode
 
+_CHECKED = "nb_cudaguard.check.fast.entries"  # where the fast checks' entry points are made
 NUMPY_REFUSAL = (
     "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
 )
@@ -192,6 +193,11 @@ def make_mode(table: Table, poisoned: Callable[[], bool], fail: Callable[[], Bas
                         raise fail()
                     kwargs["device"] = "cpu"
                     return _record(func(*args, **kwargs), args)
+                if getattr(func, "__module__", None) == _CHECKED:
+                    # a fast check's entry point, called again by torch's dispatch to this mode: its check ran
+                    # outside, where this mode answers the device; in here it does not, so the device's tensors
+                    # would claim to be on the CPU (a CUDA tensor never does) and be read: run what it wraps
+                    func = func.__wrapped__
                 return func(*args, **kwargs)
             except Exception as error:  # raised through the simulation: shown as a GPU would show it
                 frames.hide(error)

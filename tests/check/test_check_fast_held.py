@@ -4,6 +4,9 @@ fired is the one reported, with its own count, position and value, across any nu
 changed in place before its fold is never reported with the value it holds by then; what cannot be held (an input
 made under ``torch.inference_mode``, an input larger than ``HOLD_ELEMENTS``) is folded at once; a valid cell leaves
 nothing behind. Real ops, real bad inputs.
+
+Every tensor here is made on the simulated GPU (``nb_cudaguard.testing``, torch's default device ``cuda``): a CPU
+index, or a device one copied from the host, found valid is read at once and never held (``fast.readable``).
 """
 
 from __future__ import annotations
@@ -13,11 +16,21 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from nb_cudaguard import testing  # noqa: E402
 from nb_cudaguard.check.fast.board import BOARD, HOLD_ELEMENTS, HOLD_ENTRIES  # noqa: E402
 from nb_cudaguard.check.fast.error import FastCheckError  # noqa: E402
 from nb_cudaguard.check.fast.mode import FastChecker  # noqa: E402
 
-CPU = torch.device("cpu")
+GPU = torch.device("cuda", 0)
+
+
+@pytest.fixture(autouse=True)
+def _on_the_gpu():
+    testing.enable()
+    torch.set_default_device("cuda")
+    yield
+    torch.set_default_device(None)
+    testing.reset()
 
 
 def _error_of(fn) -> FastCheckError | None:
@@ -97,7 +110,7 @@ def test_under_inference_mode_a_bad_id_is_folded_at_once_and_reported() -> None:
 
         def cell() -> None:
             F.embedding(ids, table)
-            assert BOARD.state(CPU)[0].item() == 1  # folded at once: an inference tensor has no version to watch
+            assert BOARD.state(GPU)[0].item() == 1  # folded at once: an inference tensor has no version to watch
 
         error = _error_of(cell)
     assert error is not None and error.values == [5] and [tuple(p) for p in error.positions] == [(0, 1)]
@@ -110,7 +123,7 @@ def test_an_input_too_large_to_hold_is_folded_at_once() -> None:
 
     def cell() -> None:
         F.embedding(ids, table)
-        assert BOARD.state(CPU)[0].item() == 1
+        assert BOARD.state(GPU)[0].item() == 1
 
     error = _error_of(cell)
     assert error is not None and error.values == [10] and [tuple(p) for p in error.positions] == [(HOLD_ELEMENTS,)]
@@ -124,6 +137,6 @@ def test_a_valid_cell_with_held_checks_reports_nothing_and_the_next_cell_starts_
             F.embedding(torch.tensor([0, 4]), table)
 
     assert _error_of(valid) is None
-    assert not BOARD.state(CPU).any()
+    assert not BOARD.state(GPU).any()
     error = _error_of(lambda: F.embedding(torch.tensor([5]), table))
     assert error is not None and error.values == [5] and error.count == 1

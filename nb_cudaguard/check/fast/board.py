@@ -137,7 +137,7 @@ class Board:
         except RuntimeError:  # made under torch.inference_mode: no version counter to see an in-place change by
             return False
         device = x.device
-        if device.type == "cuda" and _capturing():
+        if device.type == "cuda" and capturing():
             return False
         buffer = self._buffers.get(device) or self._buffer(device)
         if buffer.used + n > HOLD_ELEMENTS or len(self._waiting) >= HOLD_ENTRIES:
@@ -154,7 +154,7 @@ class Board:
         then after the checks held before it, so that the first firing still sticks."""
         n = x.numel()
         self.checks += 1
-        if n > HOLD_ELEMENTS or x.is_inference() or (x.is_cuda and _capturing()):
+        if n > HOLD_ELEMENTS or x.is_inference() or (x.is_cuda and capturing()):
             if self._waiting:
                 self._fold_all(self._take())
             fold(site, x.detach(), bad, self.tag(site, x))
@@ -239,7 +239,7 @@ BOARD = Board()
 _ne = torch.ne
 
 
-def _capturing() -> bool:
+def capturing() -> bool:
     """Whether a CUDA graph is being captured (asked of a CUDA tensor only, and only once CUDA started)."""
     return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 

@@ -14,6 +14,7 @@ import torch
 from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
 from nb_cudaguard.check.fast.casts import CASTS, check_cast
 from nb_cudaguard.check.fast.known import KNOWN
+from nb_cudaguard.check.fast.readable import in_range
 from nb_cudaguard.check.fast.rules import compiling, eager_index, index_in_range, integral, plain, selection_fits
 from nb_cudaguard.check.fast.sites import SITES, compiled_site
 from nb_cudaguard.check.ops_embedding import embedding_refine
@@ -34,7 +35,9 @@ def checked_index(
     table=None,
 ):
     """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range
-    (``ignore``: a loss's ignore_index, kept); neither again for the same unchanged index and range (``fast.known``).
+    (``ignore``: a loss's ignore_index, kept); neither again for the same unchanged index and range (``fast.known``);
+    an index whose values the host reads without a synchronisation, found valid, is returned as it is
+    (``fast.readable``).
     ``table``: an embedding's weight, whose owner refines the family at the site's first call. Whether Dynamo is
     tracing is asked once: a fresh batch's check runs cold (the step's own work has evicted the caches), so every
     call on its path costs a few µs (docs/performance.md)."""
@@ -43,6 +46,8 @@ def checked_index(
     known = KNOWN.safe(index, low, high, ignore)
     if known is not None:
         return known
+    if in_range(index, low, high, ignore):
+        return index
     if CASTS._by_id:
         check_cast(label, argument, index)
     refine = embedding_refine(table) if table is not None else None
