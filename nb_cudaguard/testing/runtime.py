@@ -323,14 +323,25 @@ def accelerator_table(runtime: Runtime) -> dict[str, Any]:
     }
 
 
+# cuDNN's own kernels: a CUDA build's RNN modules call them for a tensor that says it is on CUDA
+# (``RNNBase.flatten_parameters`` asks ``is_acceptable``), and the simulated device's tensors live on the CPU, where
+# no cuDNN op exists. Refused as a build without cuDNN refuses them, the modules take their native kernels.
+CUDNN_TABLE = {"is_acceptable": lambda tensor: False}
+
+
 def patch(runtime: Runtime) -> dict[str, Any]:
-    """Put the tables in ``torch.cuda`` and ``torch.accelerator`` (what this torch has of it); returns what they
-    replaced, as ``module.name``, for ``unpatch``."""
+    """Put the tables in ``torch.cuda``, ``torch.accelerator`` and ``torch.backends.cudnn`` (what this torch has of
+    them); returns what they replaced, as ``module.name``, for ``unpatch``."""
     import torch
 
     saved: dict[str, Any] = {}
-    for module, table in (("cuda", table_for(runtime)), ("accelerator", accelerator_table(runtime))):
-        target = getattr(torch, module, None)
+    tables = (
+        ("cuda", table_for(runtime)),
+        ("accelerator", accelerator_table(runtime)),
+        ("backends.cudnn", CUDNN_TABLE),
+    )
+    for module, table in tables:
+        target = _module(torch, module)
         for name, value in table.items():
             if target is None or (module != "cuda" and not hasattr(target, name)):
                 continue
@@ -342,5 +353,13 @@ def patch(runtime: Runtime) -> dict[str, Any]:
 def unpatch(saved: dict[str, Any]) -> None:
     torch = sys.modules["torch"]
     for key, value in saved.items():
-        module, name = key.split(".", 1)
-        setattr(getattr(torch, module), name, value)
+        module, name = key.rsplit(".", 1)
+        setattr(_module(torch, module), name, value)
+
+
+def _module(torch: Any, dotted: str) -> Any:
+    """``torch.backends.cudnn`` from ``"backends.cudnn"``; None where this torch lacks it."""
+    target = torch
+    for part in dotted.split("."):
+        target = getattr(target, part, None)
+    return target

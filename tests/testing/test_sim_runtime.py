@@ -73,6 +73,19 @@ def test_streams_events_and_timing_code_run(simulated):
         assert torch.cuda.current_device() == 0
 
 
+def test_recurrent_modules_run_on_the_simulated_gpu_and_cudnn_is_restored_after(simulated):
+    """A CUDA build's GRU/LSTM ask cuDNN for a tensor on CUDA, and the simulated device's tensors live on the CPU,
+    where cuDNN's ops do not exist: the simulation answers as a build without cuDNN, so the text models of
+    tests/scenarios (g05: an embedding, then a GRU) run as users write them."""
+    gru = torch.nn.GRU(4, 4, batch_first=True).to("cuda")
+    out, _ = gru(torch.randn(2, 3, 4, device="cuda"))
+    lstm = torch.nn.LSTM(4, 4).to("cuda")
+    lstm(torch.randn(3, 2, 4, device="cuda"))
+    assert out.shape == (2, 3, 4) and out.is_cuda
+    testing.disable()
+    assert torch.backends.cudnn.is_acceptable.__module__ == "torch.backends.cudnn"  # torch's own again
+
+
 def test_a_second_gpu_is_refused_as_on_a_one_gpu_machine(simulated):
     with pytest.raises(RuntimeError, match="CUDA error: invalid device ordinal"):
         torch.cuda.set_device(1)
