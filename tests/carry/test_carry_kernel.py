@@ -161,9 +161,17 @@ def test_values_that_fail_to_load_after_replayed_cells_ran_switch_to_the_plain_p
     assert value(kernel, f"{replay}.carried") == []
 
 
-def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_rest_carried(kernel):
+def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_rest_carried(tmp_path):
     """The disk filling up half-way, for real: a file-size limit on the kernel (RLIMIT_FSIZE, with SIGXFSZ
-    ignored) makes the write of the big value fail part-way with an OSError, as a full disk does."""
+    ignored) makes the write of the big value fail part-way with an OSError, as a full disk does. The limit holds
+    for every file the kernel and its restarted process write, IPython's history database too: that one is the
+    test's own (IPYTHONDIR), small, not the machine's, which a long test run grows past the limit."""
+    with KernelSession(extra_env={**ENV, "IPYTHONDIR": str(tmp_path / "ipython")}) as kernel:
+        run_ok(kernel, "%load_ext nb_cudaguard")
+        _fill_half_way(kernel)
+
+
+def _fill_half_way(kernel: KernelSession) -> None:
     for cell in [
         "import time\nimport numpy as np",
         "time.sleep(0.5)\nbig = np.arange(1_000_000)  # 8 MB",
