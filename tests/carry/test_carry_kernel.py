@@ -168,26 +168,22 @@ def test_a_value_whose_file_cannot_be_written_to_the_end_is_replayed_and_the_res
     test's own (IPYTHONDIR), small, not the machine's, which a long test run grows past the limit."""
     with KernelSession(extra_env={**ENV, "IPYTHONDIR": str(tmp_path / "ipython")}) as kernel:
         run_ok(kernel, "%load_ext nb_cudaguard")
-        _fill_half_way(kernel)
-
-
-def _fill_half_way(kernel: KernelSession) -> None:
-    for cell in [
-        "import time\nimport numpy as np",
-        "time.sleep(0.5)\nbig = np.arange(1_000_000)  # 8 MB",
-        "time.sleep(0.5)\nsmall = np.arange(10)",
-        "%cudaguard simulate on",
-        "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))",
-    ]:
-        run_ok(kernel, cell)
-    assert kernel.run("import torch\ntorch.ones(1)[torch.tensor([big[-1] + small[0]])]").status == "error"
-    printed = run_ok(kernel, "%cudaguard restart").stdout
-    assert "big: could not be written (File too large)" in printed, printed
-    first = run_ok(kernel, "print(int(big.sum()), small.tolist())")
-    assert "0 failure(s)" in first.stdout and "carried 1 value(s)" in first.stdout, first.stdout
-    assert first.stdout.strip().splitlines()[-1] == f"499999500000 {list(range(10))}"
-    assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == ["small"]
+        for cell in [
+            "import time\nimport numpy as np",
+            "time.sleep(0.5)\nbig = np.arange(1_000_000)  # 8 MB",
+            "time.sleep(0.5)\nsmall = np.arange(10)",
+            "%cudaguard simulate on",
+            "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))",
+        ]:
+            run_ok(kernel, cell)
+        assert kernel.run("import torch\ntorch.ones(1)[torch.tensor([big[-1] + small[0]])]").status == "error"
+        printed = run_ok(kernel, "%cudaguard restart").stdout
+        assert "big: could not be written (File too large)" in printed, printed
+        first = run_ok(kernel, "print(int(big.sum()), small.tolist())")
+        assert "0 failure(s)" in first.stdout and "carried 1 value(s)" in first.stdout, first.stdout
+        assert first.stdout.strip().splitlines()[-1] == f"499999500000 {list(range(10))}"
+        assert value(kernel, "__import__('nb_cudaguard').get_guard().last_replay.carried") == ["small"]
 
 
 def test_carried_arrays_go_through_memory_when_the_budget_fits_there_else_the_disk_and_stay_mapped(kernel):
