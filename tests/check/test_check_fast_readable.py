@@ -2,8 +2,9 @@
 device tensor copied from a host tensor that neither side changed since. What must hold: such an index, valid, is
 not deferred (the board holds nothing and counts no verdict); one whose values may differ from its source's (written
 in place on the device, its source written in place, its memory shared with NumPy, its ``.data`` swapped) is
-checked on the deferred path and still fires; a loss's ``ignore_index`` is told from a bad value; and a bad value
-gives the same error as before. Real ops, the simulated GPU (``nb_cudaguard.testing``) for device tensors.
+checked on the deferred path and still fires; a loss's ``ignore_index`` is told from a bad value; a bad value
+gives the same error as before; and the same tensor, read valid twice, is not read again until it changes (a new
+tensor at a freed one's address is read). Real ops, the simulated GPU (``nb_cudaguard.testing``) for device tensors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 F = torch.nn.functional
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nb_cudaguard import testing  # noqa: E402
 from nb_cudaguard.check.fast.board import BOARD  # noqa: E402
@@ -117,6 +120,114 @@ def test_ignored_targets_pass_and_a_bad_one_beside_them_fires(request, where: st
     assert (error.family, error.values, [tuple(p) for p in error.positions]) == ("negative_label", [-1], [(2,)])
     taken, error = _deferred(lambda: F.nll_loss(logits, target(-100, 6, -100, 2)))
     assert taken == 1 and error is not None and error.values == [6]
+
+
+class _Reads(TorchDispatchMode):
+    """How many times an index's values were read on the host: ``aminmax``, the one op ``fast.readable`` reads
+    them with (nothing else in these blocks calls it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten.aminmax:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _reads(fn) -> tuple[int, int, FastCheckError | None]:
+    """Host reads while ``fn`` ran in a checked block, the verdicts the board took, and the block's error."""
+    with _Reads() as reads:
+        taken, error = _deferred(fn)
+    return reads.count, taken, error
+
+
+def test_the_same_tensor_is_read_twice_then_not_until_it_changes() -> None:
+    table, small = torch.randn(10, 3), torch.randn(5, 3)
+    ids = torch.tensor([[1, 2], [3, 7]])
+    assert _reads(lambda: [F.embedding(ids, table) for _ in range(5)]) == (2, 0, None)
+
+    def changed() -> None:
+        for _ in range(3):
+            F.embedding(ids, table)
+        ids[0, 0] = 12  # in place: its version counter moves
+        F.embedding(ids, table)
+
+    reads, taken, error = _reads(changed)
+    assert (reads, taken) == (3, 1) and error is not None and error.values == [12]
+    ids[0, 0] = 1
+
+    def swapped() -> None:
+        for _ in range(3):
+            F.embedding(ids, table)
+        ids.data = torch.tensor([[1, 2], [3, 11]])  # no version bump: another data pointer
+        F.embedding(ids, table)
+
+    reads, taken, error = _reads(swapped)
+    assert (reads, taken) == (3, 1) and error is not None and error.values == [11]
+
+    trusted = torch.tensor([1, 7])
+    reads, taken, error = _reads(
+        lambda: [F.embedding(trusted, table) for _ in range(3)] + [F.embedding(trusted, small)]
+    )
+    assert (reads, taken) == (3, 1) and error is not None and error.values == [7]  # valid for 10 rows, not for 5
+
+
+def test_memory_numpy_writes_to_is_read_every_time() -> None:
+    table = torch.randn(10, 3)
+    buffer = np.array([1, 2, 3])
+    borrowed = torch.from_numpy(buffer)
+
+    def cell() -> None:
+        for _ in range(3):
+            F.embedding(borrowed, table)
+        buffer[1] = 12  # through NumPy: no version counter moves
+        F.embedding(borrowed, table)
+
+    reads, taken, error = _reads(cell)
+    assert (reads, taken) == (4, 1) and error is not None and error.values == [12]
+
+
+def test_a_new_tensor_made_where_a_trusted_one_was_freed_is_read() -> None:
+    """A loader's next batch is often made where the last one was freed: the CUDA caching allocator gives it the
+    same block (the same data pointer) and CPython the same object memory (the same id), at the same version. Only
+    the tensor object itself is trusted, so the new one is read and its bad value fires."""
+    table = torch.randn(10, 3)
+    block = torch.tensor([1, 2, 3]).untyped_storage()
+
+    def batch():
+        return torch.empty(0, dtype=torch.long).set_(block, 0, (3,))  # in the same block every time
+
+    writer = batch()
+
+    def cell() -> None:
+        ids = batch()
+        F.embedding(ids, table)
+        F.embedding(ids, table)  # read valid twice: trusted while it lives
+        last = id(ids), ids.data_ptr(), ids._version
+        writer[0] = 12  # the block's next batch
+        del ids
+        ids = batch()
+        assert (id(ids), ids.data_ptr(), ids._version) == last  # all an id would see of it is the last one's
+        F.embedding(ids, table)
+
+    taken, error = _deferred(cell)  # no dispatch mode counting reads: its own objects would take the freed id
+    assert taken == 1 and error is not None and error.values == [12]
+
+
+def test_a_device_copy_is_read_twice_from_its_source_then_not_until_the_device_writes(gpu) -> None:
+    table = torch.randn(10, 3, device=gpu)
+    ids = torch.tensor([1, 2, 3]).to(gpu)
+
+    def cell() -> None:
+        for _ in range(4):
+            F.embedding(ids, table)
+        ids[0] = 12  # written on the device
+        F.embedding(ids, table)
+
+    reads, taken, error = _reads(cell)
+    assert (reads, taken) == (2, 1) and error is not None and error.values == [12]
 
 
 def test_a_bad_value_gives_the_error_it_gave_before(shell) -> None:

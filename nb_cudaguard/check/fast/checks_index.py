@@ -14,7 +14,7 @@ import torch
 from nb_cudaguard.check.fast.args import Args, arg, site_of, with_arg
 from nb_cudaguard.check.fast.casts import CASTS, check_cast
 from nb_cudaguard.check.fast.known import KNOWN
-from nb_cudaguard.check.fast.readable import in_range
+from nb_cudaguard.check.fast.readable import VALID, again, in_range
 from nb_cudaguard.check.fast.rules import compiling, eager_index, index_in_range, integral, plain, selection_fits
 from nb_cudaguard.check.fast.sites import SITES, compiled_site
 from nb_cudaguard.check.ops_embedding import embedding_refine
@@ -33,21 +33,34 @@ def checked_index(
     *,
     ignore: int | None = None,
     table=None,
+    eager: bool = False,
 ):
-    """The one path of every index argument: NaN/inf provenance first (so it is reported first), then the range
-    (``ignore``: a loss's ignore_index, kept); neither again for the same unchanged index and range (``fast.known``);
-    an index whose values the host reads without a synchronisation, found valid, is returned as it is
-    (``fast.readable``).
-    ``table``: an embedding's weight, whose owner refines the family at the site's first call. Whether Dynamo is
-    tracing is asked once: a fresh batch's check runs cold (the step's own work has evicted the caches), so every
-    call on its path costs a few µs (docs/performance.md)."""
-    if compiling():
-        return index_in_range(compiled_site(label, argument, family, source, fix), index, low, high, ignore)
-    known = KNOWN.safe(index, low, high, ignore)
-    if known is not None:
-        return known
+    """The one path of every index argument (``ignore``: a loss's ignore_index, kept).
+
+    Traced into the graph under ``torch.compile``. In eager mode: nothing for the tensor read valid against this
+    range before, unchanged (``fast.readable.again``); an index whose values the host reads without a
+    synchronisation, found valid, is returned as it is (``fast.readable.in_range``); otherwise NaN/inf provenance
+    first (so it is reported first), then the range, on the deferred path, where the same unchanged index is not
+    checked again against the same range (``fast.known``). ``eager``: the caller has asked whether Dynamo is tracing
+    and ``again`` itself (the embedding and loss checks, before their argument tests), and ``index`` may then be
+    meta or empty (``integer_typed``). Each is asked once: a new batch's check runs cold (the step's own work has
+    evicted the caches), so every call on its path costs a few µs (docs/performance.md).
+    ``table``: an embedding's weight, whose owner refines the family at the site's first call."""
+    if not eager:
+        if compiling():
+            if not plain(index):
+                return index
+            return index_in_range(compiled_site(label, argument, family, source, fix), index, low, high, ignore)
+        if VALID and again(index, low, high, ignore):
+            return index
     if in_range(index, low, high, ignore):
         return index
+    if index.is_meta or not index.numel():
+        return index
+    if KNOWN._owners:
+        known = KNOWN.safe(index, low, high, ignore)
+        if known is not None:
+            return known
     if CASTS._by_id:
         check_cast(label, argument, index)
     refine = embedding_refine(table) if table is not None else None

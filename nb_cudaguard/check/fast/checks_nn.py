@@ -14,21 +14,37 @@ import torch
 from nb_cudaguard.check.fast.args import Args, arg, host_violation, site_of, with_arg
 from nb_cudaguard.check.fast.casts import check_cast
 from nb_cudaguard.check.fast.checks_index import checked_index
-from nb_cudaguard.check.fast.rules import ctc_labels, integral, monotone_offsets, non_negative, plain, unit_interval
+from nb_cudaguard.check.fast.readable import VALID, again
+from nb_cudaguard.check.fast.rules import (
+    compiling,
+    ctc_labels,
+    integer_typed,
+    integral,
+    monotone_offsets,
+    non_negative,
+    plain,
+    unit_interval,
+)
 
 _EMBEDDING = "embedding_index_out_of_range"
 _CLASSES_1D, _CLASSES_2D = "input.shape[0] (classes)", "input.shape[1] (classes)"
 
 
 def embedding(label: str, args: tuple, kwargs: dict) -> Args:
+    """The hottest check (every forward of a language model): ids read valid before, unchanged, cost a lookup and
+    no argument test (``readable.again``: a tensor it finds passed them), so that a batch passed to every step is
+    checked for about what one op costs (docs/performance.md)."""
     ids = args[0] if args else kwargs.get("input")
     weight = args[1] if len(args) > 1 else kwargs.get("weight")
-    if not integral(ids) or not isinstance(weight, torch.Tensor):
+    if not isinstance(weight, torch.Tensor):
         return args, kwargs
     shape = weight.shape  # one read (``class_target``)
     if not shape:
         return args, kwargs
-    safe = checked_index(label, "indices", _EMBEDDING, ids, 0, shape[0], "weight.shape[0]", table=weight)
+    eager = not compiling()
+    if (eager and VALID and again(ids, 0, shape[0], None)) or not (integer_typed(ids) if eager else integral(ids)):
+        return args, kwargs
+    safe = checked_index(label, "indices", _EMBEDDING, ids, 0, shape[0], "weight.shape[0]", table=weight, eager=eager)
     return ((safe, *args[1:]), kwargs) if args else with_arg(args, kwargs, 0, "input", safe)
 
 
@@ -52,12 +68,24 @@ def embedding_bag(label: str, args: tuple, kwargs: dict) -> Args:
 
 def class_target(label: str, args: tuple, kwargs: dict, ignore_position: int | None = 4) -> Args:
     """cross_entropy / nll_loss (``ignore_position`` 4) and multi_margin_loss (no ignore_index): class indices in
-    [0, C). A negative first offender is reported as ``negative_label`` when the error is built."""
-    logits, target = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "target")
-    if not plain(logits) or not integral(target):
+    [0, C). A negative first offender is reported as ``negative_label`` when the error is built. Like ``embedding``,
+    the targets read valid before, unchanged, cost a lookup and no argument test; a class-weight vector of the wrong
+    size is then left to the op's own host check (a first call, with the same targets, has raised ours)."""
+    logits = args[0] if args else kwargs.get("input")
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    if not isinstance(logits, torch.Tensor):
         return args, kwargs
     shape = logits.shape  # one read: each costs about 2 µs on a new batch's cold path (``checked_index``)
+    if not shape:
+        return args, kwargs
     classes = shape[1] if len(shape) >= 2 else shape[0]
+    ignore = arg(args, kwargs, ignore_position, "ignore_index", -100) if ignore_position is not None else None
+    kept = int(ignore) if ignore is not None else None
+    eager = not compiling()
+    if eager and VALID and again(target, 0, classes, kept):
+        return args, kwargs
+    if not integer_typed(target):  # fake or functional targets pass (``plain``); meta or empty ones have no values
+        return args, kwargs
     source = _CLASSES_2D if len(shape) >= 2 else _CLASSES_1D
     weight = arg(args, kwargs, 2 if ignore_position is not None else 4, "weight")
     if isinstance(weight, torch.Tensor) and weight.numel() != classes:
@@ -71,9 +99,7 @@ def class_target(label: str, args: tuple, kwargs: dict, ignore_position: int | N
             source,
             fix="Give one weight per class: weight=torch.tensor([...]) with num_classes entries.",
         )
-    ignore = arg(args, kwargs, ignore_position, "ignore_index", -100) if ignore_position is not None else None
-    kept = int(ignore) if ignore is not None else None
-    safe = checked_index(label, "target", "label_out_of_range", target, 0, classes, source, ignore=kept)
+    safe = checked_index(label, "target", "label_out_of_range", target, 0, classes, source, ignore=kept, eager=eager)
     return with_arg(args, kwargs, 1, "target", safe)
 
 

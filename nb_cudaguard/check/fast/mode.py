@@ -20,6 +20,7 @@ from nb_cudaguard.check.fast.casts import CASTS
 from nb_cudaguard.check.fast.entries import PATCHES
 from nb_cudaguard.check.fast.error import FastCheckError, Rebuilds, consequences, error_from, narrowed
 from nb_cudaguard.check.fast.known import KNOWN
+from nb_cudaguard.check.fast.readable import forget
 from nb_cudaguard.check.fast.sites import SITES
 
 
@@ -61,6 +62,7 @@ class FastChecker:
         if BOARD.active == 0:
             CASTS.clear()
             KNOWN.clear()
+            forget()
             left = PATCHES.uninstall()
             if left:
                 print(f"nb_cudaguard: left in place what replaced {', '.join(left)} meanwhile", file=sys.stderr)

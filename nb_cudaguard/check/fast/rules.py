@@ -51,6 +51,12 @@ def integral(t) -> bool:
     return plain(t) and t.dtype in _INTEGER_DTYPES
 
 
+def integer_typed(t) -> bool:
+    """``integral`` without its questions of the values (a meta tensor, an empty one), which ``checked_index`` asks
+    only of an index it goes on to check the deferred way: on a new batch's cold path each costs 1-3 µs."""
+    return type(t) in _PLAIN_TYPES and t.dtype in _INTEGER_DTYPES
+
+
 def index_in_range(site: int, x, low: int, high: int, ignore: int | None = None):
     """``x`` within ``[low, high)``; values equal to ``ignore`` (a loss's ignore_index) are valid and kept."""
     if not compiling():
