@@ -114,7 +114,7 @@ class Copies:
         except TypeError:
             return
         versions = (result._version, source._version, result.data_ptr(), source.data_ptr())
-        owned = _is_index_like(source) and _owned(source)  # asked once, here: 1 µs warm
+        owned = _is_index_like(source) and owned_by_torch(source)  # asked once, here: 1 µs warm
         self._by_id[key] = Copy(ref, held, size if keep else 0, versions, owned)
         self.held += size if keep else 0
 
@@ -320,9 +320,10 @@ def _render(error: BaseException) -> list[str]:
     return traceback.format_exception(type(error), error, chain)
 
 
-def _owned(host: Any) -> bool:
+def owned_by_torch(host: Any) -> bool:
     """Whether PyTorch allocated ``host``'s memory (a storage it can resize): memory shared with NumPy is not, and
-    can change without a version bump. torch < 2.0 has no ``untyped_storage``: there nothing is trusted as owned."""
+    can change without a version bump. torch < 2.0 has no ``untyped_storage``: there nothing is trusted as owned.
+    The one place this is asked (``record.copies``, ``check.fast.readable``, ``check.fast.known``)."""
     storage = getattr(host, "untyped_storage", None)
     return storage is not None and bool(storage().resizable())
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from nb_cudaguard.record.copies import owned_by_torch
+
 LIMIT = 16  # entries kept; a new one past it drops the oldest
 ELEMENTS = 1 << 16  # larger tensors are not kept: each entry holds its safe values
 SEEN = 1024  # tensors checked once, remembered by identity only
@@ -76,7 +78,7 @@ class Known:
             or entry[0]() is not owner
             or entry[1] != x._version
             or entry[2] != x.data_ptr()
-            or not x.untyped_storage().resizable()
+            or not owned_by_torch(x)
         ):
             return None
         self.skipped += 1

@@ -40,7 +40,7 @@ import torch
 
 from nb_cudaguard.check.fast.board import capturing
 from nb_cudaguard.check.fast.casts import CASTS
-from nb_cudaguard.record.copies import COPIES
+from nb_cudaguard.record.copies import COPIES, owned_by_torch
 
 _aminmax = torch.aminmax
 _ref = weakref.ref
@@ -93,7 +93,7 @@ def again(index, low: int, high: int, ignore: int | None) -> bool:
         return False
     if index.is_cpu:
         if last[3] is None:
-            last[3] = index.untyped_storage().resizable()
+            last[3] = owned_by_torch(index)
         if not last[3]:
             return False
     elif capturing():
