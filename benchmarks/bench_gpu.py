@@ -117,6 +117,18 @@ def report(logs: Path) -> str:
     else:
         lines.append("- the snapshot's copy: not measured (see its log below)")
     lines += ["", "```text", *snapshot.strip().splitlines()[-12:], "```", ""]
+    shell = _read(logs / "shell.txt")
+    lines += [
+        "## The fast checks through the real shell (`bench_guard_shell.py --device cuda`, issue 32)",
+        "",
+        "The host time inside each check (`--probe`), the same batch every step and a new host batch copied every",
+        "step (`--fresh`), then whole 4-step cells with the checks on and off (`--rounds 6`).",
+        "",
+        "```text",
+        *[line for line in shell.strip().splitlines() if not line.startswith(("W", "Exception", "Traceback", " "))],
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -12,7 +12,9 @@ median of the per-round ratios on/off with their quartiles (the noise), and the 
 ``BOARD.checks``, one reused from an earlier check of the same unchanged tensor, ``fast.known``, printed as
 ``reused``, or one whose values the host read at once, ``fast.readable``), not assumed. The cell passes the same
 ``x, y`` every step, as the issue's step does; ``--fresh`` passes ``x.clone(), y.clone()`` in both states instead,
-a new tensor every step as a data loader gives, so that no verdict can be reused.
+a new tensor every step as a data loader gives, so that no verdict can be reused. ``--device cuda`` puts the model
+and the batch on the GPU (``--fresh``: a new host batch copied there every step, as a loader's is);
+``benchmarks/gpu_check.sh`` runs it there.
 
 ``--probe`` times the host time inside each check directly (the check's own wrapper, timed) and the read at each
 cell's end, in the same cells with the checks on (with ``--fresh``, a new batch tensor every step there too).
@@ -27,7 +29,8 @@ off: the step time ratio, and the graph breaks and graphs Dynamo reports for eac
 so the states alternate in blocks, each recompiled and warmed untimed before it is timed.
 
     PYTHONPATH=. python benchmarks/bench_guard_shell.py [--rounds 15] [--sizes tiny,issue,medium,large]
-        [--cells 1,4,32] [--fresh] [--probe] [--warm [--loop 100]] [--compiled [--backend aot_eager|inductor]] [--json]
+        [--cells 1,4,32] [--fresh] [--device cpu|cuda] [--probe] [--warm [--loop 100]]
+        [--compiled [--backend aot_eager|inductor]] [--json]
 """
 
 from __future__ import annotations
@@ -55,11 +58,13 @@ SETUP = """\
 import torch
 import torch.nn.functional as F
 torch.manual_seed(0)
-emb = torch.nn.Embedding({vocab}, {width})
-head = torch.nn.Linear({width}, {classes})
+DEV = {device!r}
+emb = torch.nn.Embedding({vocab}, {width}).to(DEV)
+head = torch.nn.Linear({width}, {classes}).to(DEV)
 opt = torch.optim.AdamW([*emb.parameters(), *head.parameters()], lr=1e-3)
 x = torch.randint(0, {vocab}, ({batch}, {sequence}))
 y = torch.randint(0, {classes}, ({batch},))
+xs, ys = x.to(DEV), y.to(DEV)
 """
 
 CELL = """\
@@ -71,11 +76,12 @@ for _ in range({steps}):
     opt.step()
 """
 
-SAME, FRESH = "x, y", "x.clone(), y.clone()"  # the same batch every step, or a new tensor every step (a loader's)
+SAME, FRESH = "xs, ys", "x.clone(), y.clone()"  # the same batch every step, or a new tensor every step (a loader's)
+FRESH_COPIED = "x.clone().to(DEV), y.clone().to(DEV)"  # on a GPU: a new host batch copied to it, as a loader's is
 
 COMPILED_SETUP = """\
 def train_step():
-    loss = F.cross_entropy(head(emb(x).mean(1)), y)
+    loss = F.cross_entropy(head(emb(xs).mean(1)), ys)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -87,6 +93,11 @@ COMPILED_CELL = """\
 for _ in range({steps}):
     compiled_step()
 """
+
+
+def _setup(size: str, device: str) -> str:
+    vocab, width, batch, sequence, classes = SIZES[size]
+    return SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes, device=device)
 
 
 def make_shell():
@@ -168,12 +179,13 @@ def _summary(off: list[float], on: list[float], checks: list[int], steps: int) -
     }
 
 
-def run_eager(shell, sizes: list[str], cells: list[int], rounds: int, tensors: str = SAME) -> list[dict]:
+def run_eager(
+    shell, sizes: list[str], cells: list[int], rounds: int, tensors: str = SAME, device: str = "cpu"
+) -> list[dict]:
     rows = []
     for name in sizes:
-        vocab, width, batch, sequence, classes = SIZES[name]
         _switch(shell, False)
-        _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+        _run(shell, _setup(name, device))
         for on in (False, True, False, True):  # warm both states
             _switch(shell, on)
             _run(shell, CELL.format(steps=4, batch=tensors))
@@ -202,16 +214,15 @@ def run_eager(shell, sizes: list[str], cells: list[int], rounds: int, tensors: s
     return rows
 
 
-def run_probe(shell, size: str, steps: int, cells: int, tensors: str = SAME) -> dict:
+def run_probe(shell, size: str, steps: int, cells: int, tensors: str = SAME, device: str = "cpu") -> dict:
     """The host time inside each check, measured directly in the real step: every checked entry point's check is
     timed (``time.perf_counter_ns`` around it, in a copy of the fast mode's own wrapper), and so is the read of the
     boards at each cell's end. Less disturbed by other processes than a difference of two cells' times."""
     from nb_cudaguard.check.fast import entries as fast_entries
     from nb_cudaguard.check.fast import mode as fast_mode
 
-    vocab, width, batch, sequence, classes = SIZES[size]
     _switch(shell, False)
-    _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+    _run(shell, _setup(size, device))
     spent: list[int] = []
     reads: list[int] = []
     original_checked, original_finish = fast_entries._checked, fast_mode.FastChecker.finish
@@ -306,13 +317,12 @@ def run_warm(shell, rounds: int, loop: int, fresh: bool = False) -> dict:
     }
 
 
-def run_compiled(shell, size: str, backend: str, blocks: int, steps: int) -> dict:
+def run_compiled(shell, size: str, backend: str, blocks: int, steps: int, device: str = "cpu") -> dict:
     import torch
     from torch._dynamo.utils import counters
 
-    vocab, width, batch, sequence, classes = SIZES[size]
     _switch(shell, False)
-    _run(shell, SETUP.format(vocab=vocab, width=width, batch=batch, sequence=sequence, classes=classes))
+    _run(shell, _setup(size, device))
     _run(shell, COMPILED_SETUP.format(backend=backend))
     times: dict[bool, list[float]] = {False: [], True: []}
     breaks: dict[bool, int] = {}
@@ -364,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", action="store_true", help="time the checked calls alone, in a tight loop")
     parser.add_argument("--loop", type=int, default=100)
     parser.add_argument("--fresh", action="store_true", help="a new batch tensor every step (clone), in both states")
+    parser.add_argument("--device", default="cpu", help="where the model and the batches are: cpu, or cuda")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     import torch
@@ -371,14 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     shell = make_shell()
     sizes = args.sizes.split(",")
-    tensors = FRESH if args.fresh else SAME
+    tensors = (FRESH if args.device == "cpu" else FRESH_COPIED) if args.fresh else SAME
     if args.probe:
         cells = [int(c) for c in args.cells.split(",")]
-        found = [run_probe(shell, size, n, 20, tensors) for size in sizes for n in cells]
+        found = [run_probe(shell, size, n, 20, tensors, args.device) for size in sizes for n in cells]
         if args.json:
             print(json.dumps(found, indent=2))
             return 0
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s): host time inside each check")
+        print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s): host time in each check")
         for r in found:
             print(
                 f"{r['size']:7} {r['steps']:3} steps: {r['checks']:5} checks, median {r['us_per_check']:6.1f} us "
@@ -400,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.compiled:
-        rows = [run_compiled(shell, size, args.backend, blocks=4, steps=16) for size in sizes]
+        rows = [run_compiled(shell, size, args.backend, 4, 16, args.device) for size in sizes]
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
@@ -413,12 +424,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"first compile off/on {r['first_compile_s_off']:.1f}/{r['first_compile_s_on']:.1f} s"
             )
         return 0
-    rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds, tensors)
+    rows = run_eager(shell, sizes, [int(n) for n in args.cells.split(",")], args.rounds, tensors, args.device)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.rounds} interleaved rounds, medians, "
+        f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), {args.rounds} interleaved "
+        f"rounds, medians, "
         f"{'a new batch tensor' if args.fresh else 'the same batch tensors'} every step"
     )
     print("cpu: the cell's thread CPU time; wall: its wall time; [q1, q3]: quartiles of the per-round figures")
