@@ -125,7 +125,7 @@ def report(logs: Path) -> str:
         "step (`--fresh`), then whole 4-step cells with the checks on and off (`--rounds 6`).",
         "",
         "```text",
-        *[line for line in shell.strip().splitlines() if not line.startswith(("W", "Exception", "Traceback", " "))],
+        *shell.strip().splitlines(),  # stdout only: the benchmark's warnings went to shell.err
         "```",
         "",
     ]

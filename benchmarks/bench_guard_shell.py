@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.compiled:
-        rows = [run_compiled(shell, size, args.backend, 4, 16, args.device) for size in sizes]
+        rows = [run_compiled(shell, size, args.backend, blocks=4, steps=16, device=args.device) for size in sizes]
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
